@@ -1,0 +1,31 @@
+// CpuBackend: the reference implementation of every Backend op, vectorised with AVX2/FMA/F16C
+// where it matters and parallel over rows with oneTBB. The op bodies live in one file per family
+// (gemm.cpp, norm.cpp, rope.cpp, elementwise.cpp, attention.cpp).
+#pragma once
+
+#include "kernels/backend.h"
+
+namespace tandem {
+
+class CpuBackend final : public Backend {
+ public:
+  std::string_view name() const override { return "cpu"; }
+  void matmul(const TensorView& x, const TensorView& w, const TensorView& bias,
+              const TensorView& y) override;
+  void embedding(const TensorView& ids, const TensorView& table, const TensorView& out) override;
+  void rms_norm(const TensorView& x, const TensorView& w, float eps, const TensorView& out) override;
+  void layer_norm(const TensorView& x, const TensorView& w, const TensorView& b, float eps,
+                  const TensorView& out) override;
+  void rope(const TensorView& x, const TensorView& pos, const RopeTable& rope) override;
+  void silu_mul(const TensorView& gate, const TensorView& up, const TensorView& out) override;
+  void relu(const TensorView& x) override;
+  void add(const TensorView& a, const TensorView& b, const TensorView& out) override;
+  void softmax(const TensorView& x) override;
+  void attention(const TensorView& q, const TensorView& k, const TensorView& v,
+                 const TensorView& q_pos, int64_t k_pos0, float scale,
+                 const AttnPartial& out) override;
+  void merge(const AttnPartial& a, const AttnPartial& b) override;
+  void copy(const TensorView& src, const TensorView& dst) override;
+};
+
+}  // namespace tandem
