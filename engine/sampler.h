@@ -1,0 +1,52 @@
+// Token sampling: penalties (repetition, presence, frequency), temperature, top-k, top-p, min-p,
+// greedy at temperature 0, and a seeded generator so a fixed seed gives the same text.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <random>
+#include <span>
+#include <utility>
+#include <vector>
+
+namespace tandem {
+
+struct SamplingParams {
+  float temperature = 1.0f;         // 0 = greedy
+  int32_t top_k = 0;                // 0 = off
+  float top_p = 1.0f;               // 1 = off
+  float min_p = 0.0f;               // 0 = off
+  float repetition_penalty = 1.0f;  // HF style, over prompt and output tokens; 1 = off
+  float presence_penalty = 0.0f;    // OpenAI style, over output tokens
+  float frequency_penalty = 0.0f;
+  std::optional<uint64_t> seed;
+};
+
+class Sampler {
+ public:
+  // Without a seed in params, default_seed is used (the caller draws it at random).
+  Sampler(const SamplingParams& params, uint64_t default_seed);
+
+  // Picks the next token from logits f32 [vocab] (modified in place by the penalties and
+  // temperature). prompt and output are the tokens so far.
+  int32_t sample(std::span<float> logits, std::span<const int32_t> prompt,
+                 std::span<const int32_t> output);
+
+  const SamplingParams& params() const { return params_; }
+
+ private:
+  double uniform();  // [0, 1), portable (no std::uniform_real_distribution differences)
+
+  SamplingParams params_;
+  std::mt19937_64 rng_;
+  std::vector<std::pair<float, int32_t>> cand_;  // scratch
+  std::vector<int32_t> counts_;                  // scratch: output token counts
+};
+
+// Natural-log softmax of logits into out (same size); returns the log of the normaliser.
+void log_softmax(std::span<const float> logits, std::span<float> out);
+// The k most likely tokens of logits as (logprob, id), most likely first.
+std::vector<std::pair<float, int32_t>> top_logprobs(std::span<const float> logits, int32_t k);
+int32_t argmax(std::span<const float> logits);
+
+}  // namespace tandem

@@ -1,0 +1,34 @@
+// DenseKv: the plain contiguous KV cache, used by --dense and as the exactness reference.
+#include <cstring>
+
+#include "kvstore/sequence_kv.h"
+
+namespace tandem {
+
+DenseKv::DenseKv(const KvShape& shape, int32_t capacity) : shape_(shape), capacity_(capacity) {
+  TANDEM_CHECK(capacity > 0, "capacity ", capacity);
+  for (int32_t l = 0; l < shape.n_layer; ++l) {
+    k_.emplace_back(DType::kF32, std::initializer_list<int64_t>{capacity, shape.n_head_kv, shape.head_dim});
+    v_.emplace_back(DType::kF32, std::initializer_list<int64_t>{capacity, shape.n_head_kv, shape.head_dim});
+  }
+}
+
+void DenseKv::attend(Backend& backend, int32_t layer, const TensorView& q, const TensorView& k,
+                     const TensorView& v, const TensorView& q_pos, const AttnPartial& out) {
+  const int64_t n = q.dim(0);
+  TANDEM_REQUIRE(length_ + n <= capacity_, kInvalidArgument, "sequence of ", length_ + n,
+                 " tokens exceeds its KV capacity of ", capacity_);
+  const TensorView kl = k_[static_cast<size_t>(layer)].view();
+  const TensorView vl = v_[static_cast<size_t>(layer)].view();
+  backend.copy(k, kl.slice(length_, length_ + n));
+  backend.copy(v, vl.slice(length_, length_ + n));
+  backend.attention(q, kl.slice(0, length_ + n), vl.slice(0, length_ + n), q_pos, 0, shape_.scale,
+                    out);
+}
+
+void DenseKv::advance(int32_t n) {
+  TANDEM_CHECK(length_ + n <= capacity_, "advance past capacity");
+  length_ += n;
+}
+
+}  // namespace tandem

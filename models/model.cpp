@@ -1,0 +1,238 @@
+// Model loading and the shared forward pass (Llama / Qwen2 / Qwen3 / OPT).
+#include "models/model.h"
+
+#include <cmath>
+#include <cstring>
+
+namespace tandem {
+namespace {
+
+// A contiguous [rows, cols] view at the start of a flat scratch buffer.
+TensorView rows_view(const Buffer& b, int64_t rows, int64_t cols) {
+  TANDEM_CHECK(rows * cols <= b.view().numel(), "scratch too small");
+  return TensorView(b.view().data, DType::kF32, {rows, cols});
+}
+
+}  // namespace
+
+TensorView ModelWeights::small_f32(const TensorStore& store, const std::string& name, int64_t n) {
+  const TensorView src = store.get(name, {n});
+  Buffer& b = owned.emplace_back(DType::kF32, std::initializer_list<int64_t>{n});
+  float* dst = b.as<float>();
+  for (int64_t i = 0; i < n; ++i) {
+    switch (src.dtype) {
+      case DType::kF32: dst[i] = src.as<const float>()[i]; break;
+      case DType::kF16: dst[i] = f16_to_f32(src.as<const uint16_t>()[i]); break;
+      case DType::kBF16: dst[i] = bf16_to_f32(src.as<const uint16_t>()[i]); break;
+      default: TANDEM_CHECK(false, "dtype");
+    }
+  }
+  return b.view();
+}
+
+TensorView ModelWeights::optional_small_f32(const TensorStore& store, const std::string& name,
+                                            int64_t n) {
+  return store.has(name) ? small_f32(store, name, n) : TensorView();
+}
+
+Model::Model(const std::filesystem::path& dir, Backend& backend, ModelConfig config,
+             TensorStore store)
+    : dir_(dir), backend_(backend), config_(std::move(config)), store_(std::move(store)) {}
+
+std::unique_ptr<Model> Model::load(const std::filesystem::path& dir, Backend& backend) {
+  ModelConfig config = load_config(dir);
+  TensorStore store = TensorStore::open(dir);
+  std::unique_ptr<Model> m(new Model(dir, backend, std::move(config), std::move(store)));
+  switch (m->config_.arch) {
+    case Arch::kLlama: map_llama_weights(m->config_, m->store_, m->w_); break;
+    case Arch::kQwen2:
+    case Arch::kQwen3: map_qwen_weights(m->config_, m->store_, m->w_); break;
+    case Arch::kOpt: map_opt_weights(m->config_, m->store_, m->w_); break;
+  }
+  return m;
+}
+
+int64_t Model::matmul_weight_bytes() const {
+  int64_t n = w_.lm_head.nbytes() + (w_.project_in.empty() ? 0 : w_.project_in.nbytes()) +
+              (w_.project_out.empty() ? 0 : w_.project_out.nbytes());
+  for (const LayerWeights& l : w_.layers)
+    for (const TensorView* t : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down})
+      if (!t->empty()) n += t->nbytes();
+  return n;
+}
+
+KvShape Model::kv_shape() const {
+  KvShape s;
+  s.n_layer = config_.n_layer;
+  s.n_head_q = config_.n_head_q;
+  s.n_head_kv = config_.n_head_kv;
+  s.head_dim = config_.head_dim;
+  s.scale = 1.0f / std::sqrt(static_cast<float>(config_.head_dim));
+  return s;
+}
+
+std::unique_ptr<SequenceKv> Model::new_dense_kv(int32_t capacity) const {
+  return std::make_unique<DenseKv>(kv_shape(), capacity);
+}
+
+void Model::ensure_workspace(int64_t n, int64_t rows) {
+  const ModelConfig& c = config_;
+  if (n > ws_tokens_) {
+    const int64_t wide = std::max<int64_t>(c.hidden, c.embed_dim);
+    ids_ = Buffer(DType::kI32, {n});
+    pos_ = Buffer(DType::kI32, {n});
+    x_ = Buffer(DType::kF32, {n, c.hidden});
+    h_ = Buffer(DType::kF32, {n, c.hidden});
+    q_ = Buffer(DType::kF32, {n, c.n_head_q, c.head_dim});
+    k_ = Buffer(DType::kF32, {n, c.n_head_kv, c.head_dim});
+    v_ = Buffer(DType::kF32, {n, c.n_head_kv, c.head_dim});
+    o_ = Buffer(DType::kF32, {n, c.n_head_q, c.head_dim});
+    lse_ = Buffer(DType::kF32, {n, c.n_head_q});
+    attn_out_ = Buffer(DType::kF32, {n, c.hidden});
+    gate_ = Buffer(DType::kF32, {n, c.ffn});
+    up_ = Buffer(DType::kF32, {n, c.ffn});
+    emb_ = Buffer(DType::kF32, {n * wide});
+    ws_tokens_ = n;
+  }
+  if (rows > ws_logit_rows_) {
+    logit_in_ = Buffer(DType::kF32, {rows * std::max<int64_t>(c.hidden, c.embed_dim)});
+    logits_ = Buffer(DType::kF32, {rows, c.vocab_size});
+    ws_logit_rows_ = rows;
+  }
+}
+
+TensorView Model::forward(std::span<const StepSequence> batch) {
+  const ModelConfig& c = config_;
+  Backend& be = backend_;
+  int64_t n = 0, rows = 0;
+  for (const StepSequence& s : batch) {
+    TANDEM_CHECK(s.kv != nullptr && !s.tokens.empty(), "empty sequence in a step");
+    TANDEM_REQUIRE(s.kv->length() + static_cast<int64_t>(s.tokens.size()) <= c.max_context,
+                   kInvalidArgument, "sequence of ", s.kv->length() + s.tokens.size(),
+                   " tokens exceeds the model context of ", c.max_context);
+    n += static_cast<int64_t>(s.tokens.size());
+    rows += s.all_logits ? static_cast<int64_t>(s.tokens.size()) : 1;
+  }
+  TANDEM_CHECK(n > 0, "empty step");
+  ensure_workspace(n, rows);
+
+  // Token ids and positions of every row.
+  {
+    int32_t* ids = ids_.as<int32_t>();
+    int32_t* pos = pos_.as<int32_t>();
+    int64_t r = 0;
+    for (const StepSequence& s : batch)
+      for (size_t i = 0; i < s.tokens.size(); ++i, ++r) {
+        TANDEM_REQUIRE(s.tokens[i] >= 0 && s.tokens[i] < c.vocab_size, kInvalidArgument,
+                       "token id ", s.tokens[i], " outside the vocabulary of ", c.vocab_size);
+        ids[r] = s.tokens[i];
+        pos[r] = s.kv->length() + static_cast<int32_t>(i);
+      }
+  }
+  const TensorView ids = ids_.view().slice(0, n), pos = pos_.view().slice(0, n);
+  const TensorView x = x_.view().slice(0, n), h = h_.view().slice(0, n);
+  const TensorView q = q_.view().slice(0, n), k = k_.view().slice(0, n), v = v_.view().slice(0, n);
+  const TensorView o = o_.view().slice(0, n), lse = lse_.view().slice(0, n);
+  const TensorView attn_out = attn_out_.view().slice(0, n);
+  const TensorView gate = gate_.view().slice(0, n), up = up_.view().slice(0, n);
+  const int64_t qd = int64_t{c.n_head_q} * c.head_dim, kvd = int64_t{c.n_head_kv} * c.head_dim;
+  const TensorView none;
+
+  // Embeddings (+ OPT's projection and learned positions).
+  if (w_.project_in.empty()) {
+    be.embedding(ids, w_.embed, x);
+  } else {
+    const TensorView e = rows_view(emb_, n, c.embed_dim);
+    be.embedding(ids, w_.embed, e);
+    be.matmul(e, w_.project_in, none, x);
+  }
+  if (!w_.pos_embed.empty()) {
+    int32_t* p = pos_.as<int32_t>();
+    Buffer rows_idx(DType::kI32, {n});
+    for (int64_t i = 0; i < n; ++i) rows_idx.as<int32_t>()[i] = p[i] + c.pos_offset;
+    be.embedding(rows_idx.view(), w_.pos_embed, h);
+    be.add(x, h, x);
+  }
+
+  auto norm = [&](const TensorView& in, const TensorView& wgt, const TensorView& bias,
+                  const TensorView& out) {
+    if (c.arch == Arch::kOpt)
+      be.layer_norm(in, wgt, bias, c.norm_eps, out);
+    else
+      be.rms_norm(in, wgt, c.norm_eps, out);
+  };
+
+  for (int32_t li = 0; li < c.n_layer; ++li) {
+    const LayerWeights& l = w_.layers[static_cast<size_t>(li)];
+    // Attention block.
+    const TensorView& attn_in = c.pre_norm ? h : x;
+    if (c.pre_norm) norm(x, l.attn_norm, l.attn_norm_b, h);
+    be.matmul(attn_in, l.wq, l.bq, q.reshape({n, qd}));
+    be.matmul(attn_in, l.wk, l.bk, k.reshape({n, kvd}));
+    be.matmul(attn_in, l.wv, l.bv, v.reshape({n, kvd}));
+    if (!l.q_norm.empty()) {
+      be.rms_norm(q.reshape({n * c.n_head_q, c.head_dim}), l.q_norm, c.norm_eps,
+                  q.reshape({n * c.n_head_q, c.head_dim}));
+      be.rms_norm(k.reshape({n * c.n_head_kv, c.head_dim}), l.k_norm, c.norm_eps,
+                  k.reshape({n * c.n_head_kv, c.head_dim}));
+    }
+    if (!c.rope.inv_freq.empty()) {
+      be.rope(q, pos, c.rope);
+      be.rope(k, pos, c.rope);
+    }
+    // The attention call site: each sequence's KV store takes its rows.
+    int64_t r = 0;
+    for (const StepSequence& s : batch) {
+      const int64_t e = r + static_cast<int64_t>(s.tokens.size());
+      s.kv->attend(be, li, q.slice(r, e), k.slice(r, e), v.slice(r, e), pos.slice(r, e),
+                   AttnPartial{o.slice(r, e), lse.slice(r, e)});
+      r = e;
+    }
+    be.matmul(o.reshape({n, qd}), l.wo, l.bo, attn_out);
+    be.add(x, attn_out, x);
+    if (!c.pre_norm) norm(x, l.attn_norm, l.attn_norm_b, x);
+
+    // MLP block.
+    const TensorView& mlp_in = c.pre_norm ? h : x;
+    if (c.pre_norm) norm(x, l.ffn_norm, l.ffn_norm_b, h);
+    if (l.w_gate.empty()) {  // OPT: fc2(relu(fc1(x)))
+      be.matmul(mlp_in, l.w_up, l.b_up, up);
+      be.relu(up);
+    } else {  // SwiGLU: down(silu(gate(x)) * up(x))
+      be.matmul(mlp_in, l.w_gate, l.b_gate, gate);
+      be.matmul(mlp_in, l.w_up, l.b_up, up);
+      be.silu_mul(gate, up, up);
+    }
+    be.matmul(up, l.w_down, l.b_down, attn_out);
+    be.add(x, attn_out, x);
+    if (!c.pre_norm) norm(x, l.ffn_norm, l.ffn_norm_b, x);
+  }
+
+  for (const StepSequence& s : batch) s.kv->advance(static_cast<int32_t>(s.tokens.size()));
+
+  // Rows that need logits: gather, final norm, projection, lm_head.
+  const TensorView sel = rows_view(logit_in_, rows, c.hidden);
+  {
+    int64_t r = 0, out = 0;
+    for (const StepSequence& s : batch) {
+      const int64_t len = static_cast<int64_t>(s.tokens.size());
+      const int64_t first = s.all_logits ? r : r + len - 1;
+      const int64_t count = s.all_logits ? len : 1;
+      std::memcpy(sel.at(out), x.at(first), static_cast<size_t>(count * c.hidden) * sizeof(float));
+      out += count;
+      r += len;
+    }
+  }
+  if (!w_.final_norm.empty()) norm(sel, w_.final_norm, w_.final_norm_b, sel);
+  TensorView head_in = sel;
+  if (!w_.project_out.empty()) {
+    TANDEM_CHECK(rows <= ws_tokens_, "projection rows");
+    head_in = rows_view(emb_, rows, c.embed_dim);
+    be.matmul(sel, w_.project_out, none, head_in);
+  }
+  const TensorView logits = logits_.view().slice(0, rows);
+  be.matmul(head_in, w_.lm_head, none, logits);
+  return logits;
+}
+
+}  // namespace tandem

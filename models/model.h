@@ -1,0 +1,93 @@
+// Model: a loaded checkpoint (weights mapped in place) and its forward pass, run layer by layer
+// on a Backend over a batch of sequences. The architecture files (arch_*.cpp) map their tensor
+// names onto the shared ModelWeights; the forward pass below is shared by all of them.
+#pragma once
+
+#include <filesystem>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "kernels/backend.h"
+#include "kvstore/sequence_kv.h"
+#include "models/config.h"
+#include "models/safetensors.h"
+
+namespace tandem {
+
+// Weights of one transformer block. Empty views are absent tensors (no bias, no q/k norm...).
+struct LayerWeights {
+  TensorView attn_norm, attn_norm_b;    // [hidden]; _b only for LayerNorm
+  TensorView wq, wk, wv, wo;            // [Hq*d, hidden], [Hkv*d, hidden] x2, [hidden, Hq*d]
+  TensorView bq, bk, bv, bo;
+  TensorView q_norm, k_norm;            // [head_dim] (Qwen3)
+  TensorView ffn_norm, ffn_norm_b;      // [hidden]
+  TensorView w_gate, w_up, w_down;      // gated: [ffn, hidden] x2, [hidden, ffn]; OPT: up=fc1, down=fc2
+  TensorView b_gate, b_up, b_down;
+};
+
+struct ModelWeights {
+  TensorView embed;        // [vocab, embed_dim]
+  TensorView pos_embed;    // [max_context + pos_offset, hidden] (OPT)
+  TensorView project_in;   // [hidden, embed_dim] (OPT-350m)
+  TensorView project_out;  // [embed_dim, hidden]
+  TensorView final_norm, final_norm_b;
+  TensorView lm_head;      // [vocab, embed_dim]; == embed when tied
+  std::vector<LayerWeights> layers;
+  std::vector<Buffer> owned;  // small tensors converted to f32 (norms, biases)
+
+  // Small 1-D tensors (norms, biases) are converted to f32 once; matrices stay mapped.
+  TensorView small_f32(const TensorStore& store, const std::string& name, int64_t n);
+  TensorView optional_small_f32(const TensorStore& store, const std::string& name, int64_t n);
+};
+
+// One sequence's share of a step: its new tokens and where its KV lives.
+struct StepSequence {
+  SequenceKv* kv = nullptr;
+  std::span<const int32_t> tokens;
+  bool all_logits = false;  // logits for every new token (perplexity, tests), else only the last
+};
+
+class Model {
+ public:
+  // Loads dir (config.json, *.safetensors); throws tandem::Error naming the file on any fault.
+  static std::unique_ptr<Model> load(const std::filesystem::path& dir, Backend& backend);
+
+  const ModelConfig& config() const { return config_; }
+  const std::filesystem::path& dir() const { return dir_; }
+  Backend& backend() { return backend_; }
+  int64_t weight_bytes() const { return store_.total_bytes(); }
+  DType weight_dtype() const { return store_.main_dtype(); }
+  // Bytes of weights the matrix products of one step read (every layer matrix and lm_head).
+  int64_t matmul_weight_bytes() const;
+  KvShape kv_shape() const;
+
+  // A plain contiguous cache for one sequence (the reference and --dense).
+  std::unique_ptr<SequenceKv> new_dense_kv(int32_t capacity) const;
+
+  // Runs one forward step: every sequence's new tokens go through all layers together (matrix
+  // products over all rows of the batch). Returns logits f32 [rows, vocab], rows in batch order:
+  // n rows for a sequence with all_logits, else 1 (its last token). Valid until the next call.
+  TensorView forward(std::span<const StepSequence> batch);
+
+ private:
+  Model(const std::filesystem::path& dir, Backend& backend, ModelConfig config, TensorStore store);
+  void ensure_workspace(int64_t n_tokens, int64_t n_logit_rows);
+
+  std::filesystem::path dir_;
+  Backend& backend_;
+  ModelConfig config_;
+  TensorStore store_;
+  ModelWeights w_;
+
+  // Workspace, grown on demand; sized for ws_tokens_ rows.
+  int64_t ws_tokens_ = 0, ws_logit_rows_ = 0;
+  Buffer ids_, pos_, x_, h_, q_, k_, v_, o_, lse_, attn_out_, gate_, up_, emb_, logit_in_, logits_;
+};
+
+// Architecture files: map checkpoint tensor names onto ModelWeights.
+void map_llama_weights(const ModelConfig& c, const TensorStore& s, ModelWeights& w);  // + mistral
+void map_qwen_weights(const ModelConfig& c, const TensorStore& s, ModelWeights& w);   // qwen2, qwen3
+void map_opt_weights(const ModelConfig& c, const TensorStore& s, ModelWeights& w);
+
+}  // namespace tandem

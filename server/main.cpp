@@ -1,0 +1,65 @@
+// The tandem binary: subcommand dispatch. Every error reaches here as a tandem::Error (or a
+// std::exception) and becomes one line on stderr and a non-zero exit code.
+#include <spdlog/spdlog.h>
+
+#include <cstdio>
+#include <exception>
+#include <oneapi/tbb/info.h>
+#include <string>
+#include <vector>
+
+#include "kernels/common.h"
+#include "server/commands.h"
+
+namespace tandem {
+
+ThreadLimit::ThreadLimit(int64_t threads) {
+  const int cores = tbb::info::default_concurrency();
+  threads_ = threads <= 0 ? cores : static_cast<int>(threads);
+  control_ = std::make_unique<tbb::global_control>(tbb::global_control::max_allowed_parallelism,
+                                                   static_cast<size_t>(threads_));
+}
+
+namespace {
+
+void usage() {
+  std::fputs(
+      "usage: tandem <command> [flags]\n"
+      "  run           --model DIR --prompt TEXT [--max-tokens N] [--temperature T] [--top-p P]\n"
+      "                [--top-k K] [--min-p P] [--repetition-penalty R] [--seed S] [--threads N]\n"
+      "  bench-decode  --model DIR [--batch 1,8] [--prompt-len N] [--gen N] [--threads N]\n"
+      "  make-model    --shape NAME --dtype f32|bf16|f16 --out DIR (random weights, for benchmarks)\n",
+      stderr);
+}
+
+}  // namespace
+}  // namespace tandem
+
+int main(int argc, char** argv) {
+  using namespace tandem;
+  spdlog::set_pattern("[%H:%M:%S.%e] [%n] [%^%l%$] %v");
+  if (argc < 2) {
+    usage();
+    return 2;
+  }
+  const std::string cmd = argv[1];
+  const std::vector<std::string> args(argv + 2, argv + argc);
+  try {
+    if (cmd == "run") return cmd_run(args);
+    if (cmd == "bench-decode") return cmd_bench_decode(args);
+    if (cmd == "make-model") return cmd_make_model(args);
+    if (cmd == "-h" || cmd == "--help" || cmd == "help") {
+      usage();
+      return 0;
+    }
+    std::fprintf(stderr, "tandem: unknown command \"%s\"\n", cmd.c_str());
+    usage();
+    return 2;
+  } catch (const Error& e) {
+    std::fprintf(stderr, "tandem: error: %s\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "tandem: internal error: %s\n", e.what());
+    return 1;
+  }
+}
