@@ -1,0 +1,144 @@
+// Bad model folders: each fault gives a tandem::Error whose one-line message names the file and
+// the problem, and `tandem run` exits non-zero with that line instead of crashing.
+#include <sys/wait.h>
+
+#include <catch2/catch.hpp>
+#include <cstdlib>
+#include <fstream>
+#include <random>
+
+#include "kernels/backend.h"
+#include "models/model.h"
+#include "tests/test_helpers.h"
+
+using namespace tandem;
+namespace fs = std::filesystem;
+
+namespace {
+
+// A scratch copy of a fixture model that a test may damage.
+struct ScratchModel {
+  fs::path dir;
+  explicit ScratchModel(const std::string& fixture) {
+    static std::mt19937_64 rng(std::random_device{}());
+    dir = fs::temp_directory_path() / ("tandem-bad-model-" + std::to_string(rng()));
+    fs::create_directories(dir);
+    for (const auto& e : fs::directory_iterator(tandem::test::repo_path("tests/fixtures/models/" + fixture)))
+      fs::copy_file(e.path(), dir / e.path().filename());
+  }
+  ~ScratchModel() { fs::remove_all(dir); }
+  std::string read(const std::string& f) const {
+    std::ifstream in(dir / f, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  }
+  void write(const std::string& f, const std::string& s) const {
+    std::ofstream(dir / f, std::ios::binary | std::ios::trunc) << s;
+  }
+  // Same-length edit of a file's bytes (keeps safetensors offsets valid).
+  void replace(const std::string& f, const std::string& from, const std::string& to) const {
+    std::string s = read(f);
+    const size_t at = s.find(from);
+    REQUIRE(at != std::string::npos);
+    s.replace(at, from.size(), to);
+    write(f, s);
+  }
+};
+
+// Loads the model and returns the error message (empty when it loaded).
+std::string load_error(const fs::path& dir) {
+  auto backend = make_cpu_backend();
+  try {
+    Model::load(dir, *backend);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+void check_one_line(const std::string& msg) { CHECK(msg.find('\n') == std::string::npos); }
+
+}  // namespace
+
+TEST_CASE("missing files are named", "[model][errors]") {
+  ScratchModel m("llama-tiny");
+  fs::remove(m.dir / "model.safetensors");
+  std::string e = load_error(m.dir);
+  CHECK_THAT(e, Catch::Contains("model.safetensors") && Catch::Contains("no *.safetensors"));
+  fs::remove(m.dir / "config.json");
+  e = load_error(m.dir);
+  CHECK_THAT(e, Catch::Contains("config.json") && Catch::Contains("not found"));
+  CHECK_THAT(load_error(m.dir / "nope"), Catch::Contains("model folder not found"));
+  check_one_line(e);
+}
+
+TEST_CASE("a missing shard is named", "[model][errors]") {
+  ScratchModel m("mistral-tiny-bf16-sharded");
+  fs::remove(m.dir / "model-00002-of-00002.safetensors");
+  CHECK_THAT(load_error(m.dir), Catch::Contains("model-00002-of-00002.safetensors") &&
+                                    Catch::Contains("not found"));
+}
+
+TEST_CASE("unknown model_type and malformed config", "[model][errors]") {
+  ScratchModel m("llama-tiny");
+  m.replace("config.json", "\"llama\"", "\"gpt_neox\"");
+  std::string e = load_error(m.dir);
+  CHECK_THAT(e, Catch::Contains("config.json") && Catch::Contains("unknown model_type \"gpt_neox\""));
+  check_one_line(e);
+  m.write("config.json", "{\"model_type\": \"llama\", ");
+  CHECK_THAT(load_error(m.dir), Catch::Contains("config.json") && Catch::Contains("invalid JSON"));
+  m.write("config.json", "{\"model_type\": \"llama\", \"hidden_size\": \"big\"}");
+  CHECK_THAT(load_error(m.dir), Catch::Contains("\"hidden_size\" must be an integer"));
+}
+
+TEST_CASE("unsupported dtype is named with its tensor", "[model][errors]") {
+  ScratchModel m("llama-tiny");
+  // Same length, so the header stays valid: F32 -> F64 for the first tensor listed.
+  m.replace("model.safetensors", "\"F32\"", "\"F64\"");
+  const std::string e = load_error(m.dir);
+  CHECK_THAT(e, Catch::Contains("model.safetensors") && Catch::Contains("unsupported dtype F64"));
+  check_one_line(e);
+}
+
+TEST_CASE("missing and mis-shaped tensors are named", "[model][errors]") {
+  {
+    ScratchModel m("llama-tiny");
+    m.replace("model.safetensors", "layers.1.self_attn.v_proj", "layers.1.self_attn.x_proj");
+    const std::string e = load_error(m.dir);
+    CHECK_THAT(e, Catch::Contains("model.safetensors") &&
+                      Catch::Contains("missing tensor \"model.layers.1.self_attn.v_proj.weight\""));
+  }
+  {
+    ScratchModel m("llama-tiny");
+    m.replace("config.json", "\"intermediate_size\": 160", "\"intermediate_size\": 161");
+    const std::string e = load_error(m.dir);
+    CHECK_THAT(e, Catch::Contains("model.safetensors") && Catch::Contains("has shape [160,64]") &&
+                      Catch::Contains("expected [161,64]"));
+  }
+}
+
+TEST_CASE("truncated weights are detected at load", "[model][errors]") {
+  ScratchModel m("llama-tiny");
+  const std::string full = m.read("model.safetensors");
+  m.write("model.safetensors", full.substr(0, full.size() / 2));
+  std::string e = load_error(m.dir);
+  CHECK_THAT(e, Catch::Contains("model.safetensors") && Catch::Contains("truncated"));
+  m.write("model.safetensors", full.substr(0, 5));
+  e = load_error(m.dir);
+  CHECK_THAT(e, Catch::Contains("truncated"));
+  m.write("model.safetensors", full.substr(0, 200));  // inside the JSON header
+  CHECK_THAT(load_error(m.dir), Catch::Contains("truncated"));
+}
+
+TEST_CASE("tandem run reports a bad model in one line and exits non-zero", "[model][errors][cli]") {
+  ScratchModel m("llama-tiny");
+  m.replace("config.json", "\"llama\"", "\"gpt_neox\"");
+  const fs::path out = m.dir / "stderr.txt";
+  const std::string cmd = std::string(TANDEM_TANDEM_BIN) + " run --model " + m.dir.string() +
+                          " --prompt hi 2> " + out.string();
+  const int status = std::system(cmd.c_str());
+  REQUIRE(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 1);
+  const std::string err = m.read("stderr.txt");
+  CHECK_THAT(err, Catch::StartsWith("tandem: error: ") && Catch::Contains("unknown model_type"));
+  CHECK(std::count(err.begin(), err.end(), '\n') == 1);
+}

@@ -1,0 +1,138 @@
+// Sampler: greedy, temperature, top-k, top-p, min-p, penalties and seeding, checked against
+// the distributions they should produce.
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <map>
+
+#include "engine/sampler.h"
+
+using namespace tandem;
+
+namespace {
+
+std::vector<float> logits_of(std::initializer_list<float> l) { return std::vector<float>(l); }
+
+// Empirical distribution of n draws.
+std::map<int32_t, double> draw(const SamplingParams& p, const std::vector<float>& logits, int n,
+                               uint64_t seed = 7) {
+  Sampler s(p, seed);
+  std::map<int32_t, double> freq;
+  for (int i = 0; i < n; ++i) {
+    std::vector<float> l = logits;
+    freq[s.sample(l, {}, {})] += 1.0 / n;
+  }
+  return freq;
+}
+
+}  // namespace
+
+TEST_CASE("temperature 0 is greedy, ties go to the lowest id", "[sampler]") {
+  SamplingParams p;
+  p.temperature = 0;
+  Sampler s(p, 1);
+  auto l = logits_of({0.1f, 2.0f, -1.0f, 2.0f});
+  CHECK(s.sample(l, {}, {}) == 1);
+}
+
+TEST_CASE("temperature 1 samples the softmax", "[sampler]") {
+  SamplingParams p;
+  const auto l = logits_of({0.0f, std::log(2.0f), std::log(3.0f), -INFINITY});
+  const auto f = draw(p, l, 60000);
+  CHECK(f.count(3) == 0);
+  CHECK(f.at(0) == Approx(1.0 / 6).margin(0.01));
+  CHECK(f.at(1) == Approx(2.0 / 6).margin(0.01));
+  CHECK(f.at(2) == Approx(3.0 / 6).margin(0.01));
+}
+
+TEST_CASE("low temperature sharpens", "[sampler]") {
+  SamplingParams p;
+  p.temperature = 0.5f;
+  const auto f = draw(p, logits_of({0.0f, std::log(2.0f)}), 40000);
+  CHECK(f.at(1) == Approx(0.8).margin(0.01));  // 4:1 after squaring
+}
+
+TEST_CASE("top-k, top-p and min-p cut the tail", "[sampler]") {
+  const auto l = logits_of({std::log(0.5f), std::log(0.3f), std::log(0.15f), std::log(0.05f)});
+  SamplingParams k;
+  k.top_k = 2;
+  auto f = draw(k, l, 40000);
+  CHECK(f.size() == 2);
+  CHECK(f.at(0) == Approx(0.625).margin(0.01));
+  SamplingParams tp;
+  tp.top_p = 0.7f;  // 0.5 + 0.3 reaches 0.7: keep two
+  f = draw(tp, l, 40000);
+  CHECK(f.size() == 2);
+  tp.top_p = 0.85f;  // needs three
+  CHECK(draw(tp, l, 20000).size() == 3);
+  SamplingParams mp;
+  mp.min_p = 0.35f;  // keeps p >= 0.175: tokens 0 and 1
+  CHECK(draw(mp, l, 20000).size() == 2);
+}
+
+TEST_CASE("top-p over a large vocabulary widens past the first prefix", "[sampler]") {
+  std::vector<float> l(5000, 0.0f);  // uniform: top_p 0.5 needs 2500 tokens
+  SamplingParams p;
+  p.top_p = 0.5f;
+  const auto f = draw(p, l, 20000);
+  CHECK(f.size() > 1000);
+  CHECK(f.rbegin()->first < 2501);  // ties sorted by id: only the first half survive
+}
+
+TEST_CASE("penalties", "[sampler]") {
+  SamplingParams p;
+  p.temperature = 0;
+  p.repetition_penalty = 2.0f;
+  Sampler s(p, 1);
+  std::vector<int32_t> prompt = {0};
+  auto l = logits_of({3.0f, 2.0f, -1.0f});
+  CHECK(s.sample(l, prompt, {}) == 1);  // 3/2 = 1.5 < 2
+  CHECK(l[0] == 1.5f);
+  auto neg = logits_of({-1.0f, -1.5f});
+  CHECK(s.sample(neg, prompt, {}) == 1);  // -1 * 2 = -2 < -1.5
+
+  SamplingParams q;
+  q.temperature = 0;
+  q.presence_penalty = 0.5f;
+  q.frequency_penalty = 0.25f;
+  Sampler s2(q, 1);
+  std::vector<int32_t> out = {0, 0, 1};
+  auto m = logits_of({2.0f, 1.4f, 0.9f});
+  s2.sample(m, {}, out);
+  CHECK(m[0] == Approx(2.0f - 0.5f - 0.5f));
+  CHECK(m[1] == Approx(1.4f - 0.5f - 0.25f));
+  CHECK(m[2] == Approx(0.9f));
+}
+
+TEST_CASE("same seed, same draws; other seed, other draws", "[sampler]") {
+  std::vector<float> l(100);
+  for (size_t i = 0; i < l.size(); ++i) l[i] = std::sin(static_cast<float>(i));
+  SamplingParams p;
+  p.seed = 42;
+  auto run = [&](const SamplingParams& sp) {
+    Sampler s(sp, 0);
+    std::vector<int32_t> out;
+    for (int i = 0; i < 50; ++i) {
+      auto c = l;
+      out.push_back(s.sample(c, {}, {}));
+    }
+    return out;
+  };
+  CHECK(run(p) == run(p));
+  SamplingParams p2 = p;
+  p2.seed = 43;
+  CHECK(run(p) != run(p2));
+}
+
+TEST_CASE("log_softmax and top_logprobs", "[sampler]") {
+  const auto l = logits_of({1.0f, 2.0f, 3.0f});
+  std::vector<float> lp(3);
+  log_softmax(l, lp);
+  double total = 0;
+  for (float x : lp) total += std::exp(static_cast<double>(x));
+  CHECK(total == Approx(1.0).epsilon(1e-6));
+  const auto top = top_logprobs(l, 2);
+  REQUIRE(top.size() == 2);
+  CHECK(top[0].second == 2);
+  CHECK(top[1].second == 1);
+  CHECK(top[0].first == Approx(lp[2]));
+}
