@@ -1,0 +1,235 @@
+// CpuBackend::attention: n queries over one contiguous span of T keys, returning the partial
+// (o, lse) of kernels/attn_partial.h.
+//   q f32 [n, Hq, d]; k, v f32/f16/bf16 [T, Hkv, d]; key j (position k_pos0 + j) is visible to
+//   query i iff k_pos0 + j <= q_pos[i]. GQA: query head h reads kv head h / (Hq / Hkv).
+// One task per (query row, kv head) computes the Hq/Hkv query heads that share the kv head, so
+// each key row is read once for all of them; keys are processed in blocks of kKeyBlock with a
+// running max and sum (online softmax, float32). When there are few (row, kv head) tasks (decode),
+// the keys are also split into chunks whose partials are merged with merge_partial_row. The split
+// depends only on the problem size, never on the thread count, so results are reproducible.
+#include <tbb/parallel_for.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/simd.h"
+
+namespace tandem {
+namespace {
+
+constexpr int64_t kKeyBlock = 64;       // keys scored per block of the online softmax
+constexpr int64_t kMinTasks = 32;       // split keys while (rows x kv heads) is below this
+constexpr int64_t kMinSplitKeys = 512;  // but never into chunks smaller than this
+
+struct AttnArgs {
+  const float* q;
+  int64_t q_s0, q_s1;  // strides in elements
+  const char* k;
+  const char* v;
+  int64_t k_s0, k_s1, v_s0, v_s1;  // strides in elements
+  int64_t d, rep;
+  float scale;
+};
+
+// Partial attention of query row i, query heads [g * rep, (g + 1) * rep), over keys [j0, j1) of
+// kv head g. Writes rep rows of o (row r at o + r * o_hs) and lse[r * lse_hs]. An empty key
+// range gives o = 0 and lse = -inf.
+template <typename EK, typename EV>
+void attend(const AttnArgs& a, int64_t i, int64_t g, int64_t j0, int64_t j1, float* o, int64_t o_hs,
+            float* lse, int64_t lse_hs) {
+  using TK = typename EK::T;
+  using TV = typename EV::T;
+  const int64_t d = a.d, rep = a.rep;
+  thread_local std::vector<float> scratch;
+  scratch.resize(static_cast<size_t>(rep * kKeyBlock + d + 2 * rep));
+  float* sc = scratch.data();        // [rep, kKeyBlock] scores, then probabilities
+  float* kf = sc + rep * kKeyBlock;  // [d] one key row as f32
+  float* mx = kf + d;                // [rep] running max
+  float* sum = mx + rep;             // [rep] running sum of exp(score - max)
+  const float* q0 = a.q + i * a.q_s0 + g * rep * a.q_s1;
+  for (int64_t r = 0; r < rep; ++r) {
+    mx[r] = kNegInf;
+    sum[r] = 0.0f;
+    std::memset(o + r * o_hs, 0, static_cast<size_t>(d) * sizeof(float));
+  }
+  const TK* kbase = reinterpret_cast<const TK*>(a.k) + g * a.k_s1;
+  const TV* vbase = reinterpret_cast<const TV*>(a.v) + g * a.v_s1;
+  for (int64_t jb = j0; jb < j1; jb += kKeyBlock) {
+    const int64_t nb = std::min(kKeyBlock, j1 - jb);
+    for (int64_t jj = 0; jj < nb; ++jj) {
+      cpu::convert_to_f32<EK>(kbase + (jb + jj) * a.k_s0, kf, d);
+      for (int64_t r = 0; r < rep; ++r)
+        sc[r * kKeyBlock + jj] = a.scale * cpu::dot_f32(q0 + r * a.q_s1, kf, d);
+    }
+    for (int64_t r = 0; r < rep; ++r) {
+      float* s = sc + r * kKeyBlock;
+      float bm = kNegInf;
+      for (int64_t jj = 0; jj < nb; ++jj) bm = std::max(bm, s[jj]);
+      if (bm > mx[r]) {
+        // Rescale what was accumulated under the old max (nothing yet when it was -inf).
+        if (mx[r] != kNegInf) {
+          const float alpha = std::exp(mx[r] - bm);
+          sum[r] *= alpha;
+          float* orow = o + r * o_hs;
+          for (int64_t c = 0; c < d; ++c) orow[c] *= alpha;
+        }
+        mx[r] = bm;
+      }
+      const __m256 mb = _mm256_set1_ps(mx[r]);
+      __m256 acc = _mm256_setzero_ps();
+      int64_t jj = 0;
+      for (; jj + 8 <= nb; jj += 8) {
+        const __m256 p = cpu::exp8(_mm256_sub_ps(_mm256_loadu_ps(s + jj), mb));
+        _mm256_storeu_ps(s + jj, p);
+        acc = _mm256_add_ps(acc, p);
+      }
+      float part = cpu::hsum(acc);
+      for (; jj < nb; ++jj) {
+        s[jj] = cpu::exp1(s[jj] - mx[r]);
+        part += s[jj];
+      }
+      sum[r] += part;
+    }
+    for (int64_t jj = 0; jj < nb; ++jj) {
+      const TV* vr = vbase + (jb + jj) * a.v_s0;
+      int64_t c = 0;
+      for (; c + 8 <= d; c += 8) {
+        const __m256 vv = EV::load8(vr + c);
+        for (int64_t r = 0; r < rep; ++r) {
+          float* oc = o + r * o_hs + c;
+          _mm256_storeu_ps(
+              oc, _mm256_fmadd_ps(_mm256_set1_ps(sc[r * kKeyBlock + jj]), vv, _mm256_loadu_ps(oc)));
+        }
+      }
+      for (; c < d; ++c) {
+        const float vc = EV::get(vr + c);
+        for (int64_t r = 0; r < rep; ++r) o[r * o_hs + c] += sc[r * kKeyBlock + jj] * vc;
+      }
+    }
+  }
+  for (int64_t r = 0; r < rep; ++r) {
+    if (sum[r] == 0.0f) {  // no visible key: the empty partial (o is still 0)
+      lse[r * lse_hs] = kNegInf;
+      continue;
+    }
+    const float inv = 1.0f / sum[r];
+    float* orow = o + r * o_hs;
+    for (int64_t c = 0; c < d; ++c) orow[c] *= inv;
+    lse[r * lse_hs] = mx[r] + std::log(sum[r]);
+  }
+}
+
+template <typename EK, typename EV>
+void attention_typed(const AttnArgs& a, int64_t n, int64_t hkv, const std::vector<int64_t>& vis,
+                     const AttnPartial& out) {
+  const int64_t d = a.d, rep = a.rep, hq = hkv * rep;
+  const int64_t max_vis = *std::max_element(vis.begin(), vis.end());
+  int64_t nsplit = 1;
+  if (n * hkv < kMinTasks && max_vis >= 2 * kMinSplitKeys) {
+    nsplit = std::min((kMinTasks + n * hkv - 1) / (n * hkv), max_vis / kMinSplitKeys);
+  }
+  const int64_t chunk = (max_vis + nsplit - 1) / std::max<int64_t>(1, nsplit);
+  float* out_o = out.o.as<float>();
+  float* out_l = out.lse.as<float>();
+  const int64_t oo0 = out.o.stride[0], oo1 = out.o.stride[1];
+  const int64_t ol0 = out.lse.stride[0], ol1 = out.lse.stride[1];
+  // Split s > 0 writes its partial to scratch [nsplit - 1, n, hq, d] / [nsplit - 1, n, hq].
+  std::vector<float> part_o, part_l;
+  if (nsplit > 1) {
+    part_o.resize(static_cast<size_t>((nsplit - 1) * n * hq * d));
+    part_l.resize(static_cast<size_t>((nsplit - 1) * n * hq));
+  }
+  tbb::parallel_for(int64_t{0}, nsplit * n * hkv, [&](int64_t t) {
+    const int64_t s = t % nsplit, g = (t / nsplit) % hkv, i = t / (nsplit * hkv);
+    const int64_t j0 = std::min(s * chunk, vis[static_cast<size_t>(i)]);
+    const int64_t j1 = std::min((s + 1) * chunk, vis[static_cast<size_t>(i)]);
+    if (s == 0) {
+      attend<EK, EV>(a, i, g, j0, j1, out_o + i * oo0 + g * rep * oo1, oo1,
+                     out_l + i * ol0 + g * rep * ol1, ol1);
+    } else {
+      const int64_t base = ((s - 1) * n + i) * hq + g * rep;
+      attend<EK, EV>(a, i, g, j0, j1, part_o.data() + base * d, d, part_l.data() + base, 1);
+    }
+  });
+  if (nsplit == 1) return;
+  tbb::parallel_for(int64_t{0}, n * hq, [&](int64_t t) {
+    const int64_t i = t / hq, h = t % hq;
+    for (int64_t s = 1; s < nsplit; ++s) {
+      const int64_t base = ((s - 1) * n + i) * hq + h;
+      merge_partial_row(out_o + i * oo0 + h * oo1, out_l + i * ol0 + h * ol1,
+                        part_o.data() + base * d, part_l[static_cast<size_t>(base)],
+                        static_cast<int>(d));
+    }
+  });
+}
+
+template <typename EK>
+void dispatch_v(DType vt, const AttnArgs& a, int64_t n, int64_t hkv,
+                const std::vector<int64_t>& vis, const AttnPartial& out) {
+  switch (vt) {
+    case DType::kF32:
+      return attention_typed<EK, cpu::F32>(a, n, hkv, vis, out);
+    case DType::kF16:
+      return attention_typed<EK, cpu::F16>(a, n, hkv, vis, out);
+    case DType::kBF16:
+      return attention_typed<EK, cpu::BF16>(a, n, hkv, vis, out);
+    default:
+      break;
+  }
+  TANDEM_CHECK(false, "attention v dtype ", dtype_name(vt));
+}
+
+}  // namespace
+
+void CpuBackend::attention(const TensorView& q, const TensorView& k, const TensorView& v,
+                           const TensorView& q_pos, int64_t k_pos0, float scale,
+                           const AttnPartial& out) {
+  TANDEM_CHECK(q.dtype == DType::kF32 && q.ndim == 3 && cpu::last_dim_contiguous(q), "attention q ",
+               q.describe());
+  const int64_t n = q.dim(0), hq = q.dim(1), d = q.dim(2);
+  TANDEM_CHECK(k.ndim == 3 && cpu::same_shape(k, v) && cpu::is_float_dtype(k.dtype) &&
+                   cpu::is_float_dtype(v.dtype) && cpu::last_dim_contiguous(k) &&
+                   cpu::last_dim_contiguous(v) && k.dim(2) == d,
+               "attention k ", k.describe(), " v ", v.describe(), " for q ", q.describe());
+  const int64_t t_keys = k.dim(0), hkv = k.dim(1);
+  TANDEM_CHECK(hkv > 0 && hq % hkv == 0, "attention heads: Hq=", hq, " Hkv=", hkv);
+  TANDEM_CHECK(q_pos.dtype == DType::kI32 && q_pos.numel() == n && q_pos.contiguous(),
+               "attention q_pos ", q_pos.describe());
+  TANDEM_CHECK(out.o.dtype == DType::kF32 && cpu::same_shape(out.o, q) &&
+                   cpu::last_dim_contiguous(out.o) && out.lse.dtype == DType::kF32 &&
+                   out.lse.ndim == 2 && out.lse.dim(0) == n && out.lse.dim(1) == hq,
+               "attention out o ", out.o.describe(), " lse ", out.lse.describe());
+  if (n == 0 || hq == 0) return;
+  std::vector<int64_t> vis(static_cast<size_t>(n));
+  const int32_t* pp = q_pos.as<const int32_t>();
+  for (int64_t i = 0; i < n; ++i)
+    vis[static_cast<size_t>(i)] = std::clamp<int64_t>(int64_t{pp[i]} - k_pos0 + 1, 0, t_keys);
+  const AttnArgs a{q.as<const float>(),
+                   q.stride[0],
+                   q.stride[1],
+                   static_cast<const char*>(k.data),
+                   static_cast<const char*>(v.data),
+                   k.stride[0],
+                   k.stride[1],
+                   v.stride[0],
+                   v.stride[1],
+                   d,
+                   hq / hkv,
+                   scale};
+  switch (k.dtype) {
+    case DType::kF32:
+      return dispatch_v<cpu::F32>(v.dtype, a, n, hkv, vis, out);
+    case DType::kF16:
+      return dispatch_v<cpu::F16>(v.dtype, a, n, hkv, vis, out);
+    case DType::kBF16:
+      return dispatch_v<cpu::BF16>(v.dtype, a, n, hkv, vis, out);
+    default:
+      break;
+  }
+  TANDEM_CHECK(false, "attention k dtype ", dtype_name(k.dtype));
+}
+
+}  // namespace tandem
