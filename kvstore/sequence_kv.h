@@ -26,6 +26,15 @@ class SequenceKv {
                       const TensorView& v, const TensorView& q_pos, const AttnPartial& out) = 0;
   // After every layer of the step ran: the n new tokens become part of the sequence.
   virtual void advance(int32_t n) = 0;
+
+  // What the next step is: prefill chunks are exact under every policy; `observe` marks the last
+  // chunk of a prompt, whose queries seed the selection metadata of the prompt tokens.
+  virtual void begin_step(bool decode, bool observe) {}
+  // Layer-ahead host attention: true when the store wants a predicted query for each layer of a
+  // decode step before that layer runs, handed over with prefetch (q_pred [1, n_head_q, d]).
+  virtual bool wants_prefetch() const { return false; }
+  virtual bool prefetch_oracle() const { return false; }  // prefetch with the true q instead
+  virtual void prefetch(Backend& backend, int32_t layer, const TensorView& q_pred) {}
 };
 
 struct KvShape {

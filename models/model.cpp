@@ -92,6 +92,8 @@ void Model::ensure_workspace(int64_t n, int64_t rows) {
     gate_ = Buffer(DType::kF32, {n, c.ffn});
     up_ = Buffer(DType::kF32, {n, c.ffn});
     emb_ = Buffer(DType::kF32, {n * wide});
+    pred_h_ = Buffer(DType::kF32, {n, c.hidden});
+    pred_q_ = Buffer(DType::kF32, {n, c.n_head_q, c.head_dim});
     ws_tokens_ = n;
   }
   if (rows > ws_logit_rows_) {
@@ -99,6 +101,25 @@ void Model::ensure_workspace(int64_t n, int64_t rows) {
     logits_ = Buffer(DType::kF32, {rows, c.vocab_size});
     ws_logit_rows_ = rows;
   }
+}
+
+void Model::norm(const TensorView& in, const TensorView& w, const TensorView& b,
+                 const TensorView& out) {
+  if (config_.arch == Arch::kOpt)
+    backend_.layer_norm(in, w, b, config_.norm_eps, out);
+  else
+    backend_.rms_norm(in, w, config_.norm_eps, out);
+}
+
+void Model::query(int32_t li, const TensorView& in, const TensorView& pos, const TensorView& q) {
+  const ModelConfig& c = config_;
+  const LayerWeights& l = w_.layers[static_cast<size_t>(li)];
+  const int64_t n = in.dim(0);
+  backend_.matmul(in, l.wq, l.bq, q.reshape({n, int64_t{c.n_head_q} * c.head_dim}));
+  if (!l.q_norm.empty())
+    backend_.rms_norm(q.reshape({n * c.n_head_q, c.head_dim}), l.q_norm, c.norm_eps,
+                      q.reshape({n * c.n_head_q, c.head_dim}));
+  if (!c.rope.inv_freq.empty()) backend_.rope(q, pos, c.rope);
 }
 
 TensorView Model::forward(std::span<const StepSequence> batch) {
@@ -154,32 +175,45 @@ TensorView Model::forward(std::span<const StepSequence> batch) {
     be.add(x, h, x);
   }
 
-  auto norm = [&](const TensorView& in, const TensorView& wgt, const TensorView& bias,
-                  const TensorView& out) {
-    if (c.arch == Arch::kOpt)
-      be.layer_norm(in, wgt, bias, c.norm_eps, out);
-    else
-      be.rms_norm(in, wgt, c.norm_eps, out);
+  for (const StepSequence& s : batch) s.kv->begin_step(s.decode, s.observe);
+  bool ahead = false, oracle = false;
+  for (const StepSequence& s : batch) {
+    ahead |= s.decode && s.kv->wants_prefetch() && !s.kv->prefetch_oracle();
+    oracle |= s.decode && s.kv->prefetch_oracle();
+  }
+  // Hands each decode sequence that wants it its rows of a (predicted or true) query of layer li.
+  auto hand_over = [&](int32_t li, const TensorView& qs, bool want_oracle) {
+    int64_t r = 0;
+    for (const StepSequence& s : batch) {
+      const int64_t e = r + static_cast<int64_t>(s.tokens.size());
+      if (s.decode && s.kv->wants_prefetch() && s.kv->prefetch_oracle() == want_oracle)
+        s.kv->prefetch(be, li, qs.slice(r, e));
+      r = e;
+    }
   };
 
   for (int32_t li = 0; li < c.n_layer; ++li) {
     const LayerWeights& l = w_.layers[static_cast<size_t>(li)];
+    // Layer-ahead host attention: layer li+1's query predicted from this layer's input,
+    // rope(W_q[li+1] . norm[li+1](x_li)), so the CPU has all of layer li to work on it.
+    if (ahead && li + 1 < c.n_layer) {
+      const TensorView ph = pred_h_.view().slice(0, n), pq = pred_q_.view().slice(0, n);
+      const LayerWeights& next = w_.layers[static_cast<size_t>(li + 1)];
+      if (c.pre_norm) norm(x, next.attn_norm, next.attn_norm_b, ph);
+      query(li + 1, c.pre_norm ? ph : x, pos, pq);
+      hand_over(li + 1, pq, false);
+    }
     // Attention block.
     const TensorView& attn_in = c.pre_norm ? h : x;
     if (c.pre_norm) norm(x, l.attn_norm, l.attn_norm_b, h);
-    be.matmul(attn_in, l.wq, l.bq, q.reshape({n, qd}));
+    query(li, attn_in, pos, q);
     be.matmul(attn_in, l.wk, l.bk, k.reshape({n, kvd}));
     be.matmul(attn_in, l.wv, l.bv, v.reshape({n, kvd}));
-    if (!l.q_norm.empty()) {
-      be.rms_norm(q.reshape({n * c.n_head_q, c.head_dim}), l.q_norm, c.norm_eps,
-                  q.reshape({n * c.n_head_q, c.head_dim}));
+    if (!l.k_norm.empty())
       be.rms_norm(k.reshape({n * c.n_head_kv, c.head_dim}), l.k_norm, c.norm_eps,
                   k.reshape({n * c.n_head_kv, c.head_dim}));
-    }
-    if (!c.rope.inv_freq.empty()) {
-      be.rope(q, pos, c.rope);
-      be.rope(k, pos, c.rope);
-    }
+    if (!c.rope.inv_freq.empty()) be.rope(k, pos, c.rope);
+    if (oracle) hand_over(li, q, true);
     // The attention call site: each sequence's KV store takes its rows.
     int64_t r = 0;
     for (const StepSequence& s : batch) {

@@ -46,6 +46,8 @@ struct StepSequence {
   SequenceKv* kv = nullptr;
   std::span<const int32_t> tokens;
   bool all_logits = false;  // logits for every new token (perplexity, tests), else only the last
+  bool decode = false;      // a decode step (sparse host attention allowed); else an exact prefill
+  bool observe = false;     // the last prefill chunk of a prompt (seeds selection metadata)
 };
 
 class Model {
@@ -73,6 +75,9 @@ class Model {
  private:
   Model(const std::filesystem::path& dir, Backend& backend, ModelConfig config, TensorStore store);
   void ensure_workspace(int64_t n_tokens, int64_t n_logit_rows);
+  void norm(const TensorView& in, const TensorView& w, const TensorView& b, const TensorView& out);
+  // q of layer li for rows x: projection, q-norm, rope (into q).
+  void query(int32_t li, const TensorView& in, const TensorView& pos, const TensorView& q);
 
   std::filesystem::path dir_;
   Backend& backend_;
@@ -83,6 +88,7 @@ class Model {
   // Workspace, grown on demand; sized for ws_tokens_ rows.
   int64_t ws_tokens_ = 0, ws_logit_rows_ = 0;
   Buffer ids_, pos_, x_, h_, q_, k_, v_, o_, lse_, attn_out_, gate_, up_, emb_, logit_in_, logits_;
+  Buffer pred_h_, pred_q_;  // layer-ahead predicted queries
 };
 
 // Architecture files: map checkpoint tensor names onto ModelWeights.

@@ -1,0 +1,52 @@
+// BlockPool: chunked allocation with a free list; double frees and foreign ids are bugs.
+#include "kvstore/block_pool.h"
+
+namespace tandem {
+
+BlockPool::BlockPool(int64_t block_bytes, int64_t capacity, bool growable, MemoryKind memory)
+    : block_bytes_((block_bytes + 63) / 64 * 64),
+      chunk_blocks_(capacity),
+      growable_(growable),
+      memory_(memory) {
+  TANDEM_CHECK(block_bytes > 0 && capacity > 0, "pool of ", capacity, " blocks of ", block_bytes);
+  grow();
+}
+
+void BlockPool::grow() {
+  const int64_t base = static_cast<int64_t>(chunks_.size()) * chunk_blocks_;
+  TANDEM_REQUIRE(base + chunk_blocks_ < (int64_t{1} << 31), kOutOfMemory, "KV pool too large");
+  chunks_.emplace_back(DType::kU8, std::initializer_list<int64_t>{chunk_blocks_ * block_bytes_}, memory_);
+  in_use_.resize(static_cast<size_t>(base + chunk_blocks_), false);
+  for (int64_t i = chunk_blocks_ - 1; i >= 0; --i) free_.push_back(static_cast<int32_t>(base + i));
+}
+
+int64_t BlockPool::capacity() const {
+  return static_cast<int64_t>(chunks_.size()) * chunk_blocks_;
+}
+
+int32_t BlockPool::alloc() {
+  if (free_.empty()) {
+    if (!growable_) return -1;
+    grow();
+  }
+  const int32_t id = free_.back();
+  free_.pop_back();
+  in_use_[static_cast<size_t>(id)] = true;
+  ++used_;
+  return id;
+}
+
+void BlockPool::free(int32_t id) {
+  TANDEM_CHECK(id >= 0 && id < capacity() && in_use_[static_cast<size_t>(id)], "free of block ", id);
+  in_use_[static_cast<size_t>(id)] = false;
+  free_.push_back(id);
+  --used_;
+}
+
+void* BlockPool::data(int32_t id) const {
+  TANDEM_CHECK(id >= 0 && id < capacity(), "block ", id);
+  const int64_t chunk = id / chunk_blocks_, at = id % chunk_blocks_;
+  return static_cast<uint8_t*>(chunks_[static_cast<size_t>(chunk)].view().data) + at * block_bytes_;
+}
+
+}  // namespace tandem

@@ -1,0 +1,463 @@
+// HybridKv: the two-tier KV cache of one sequence and the hybrid attention over it.
+#include "kvstore/hybrid_kv.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "kvstore/selection.h"
+
+namespace tandem {
+namespace {
+
+void load_row(const void* src, DType t, float* dst, int64_t n) {
+  switch (t) {
+    case DType::kF32: std::memcpy(dst, src, static_cast<size_t>(n) * 4); break;
+    case DType::kF16:
+      for (int64_t i = 0; i < n; ++i) dst[i] = f16_to_f32(static_cast<const uint16_t*>(src)[i]);
+      break;
+    case DType::kBF16:
+      for (int64_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(static_cast<const uint16_t*>(src)[i]);
+      break;
+    default: TANDEM_CHECK(false, "kv dtype");
+  }
+}
+
+void store_row(void* dst, DType t, const float* src, int64_t n) {
+  switch (t) {
+    case DType::kF32: std::memcpy(dst, src, static_cast<size_t>(n) * 4); break;
+    case DType::kF16:
+      for (int64_t i = 0; i < n; ++i) static_cast<uint16_t*>(dst)[i] = f32_to_f16(src[i]);
+      break;
+    case DType::kBF16:
+      for (int64_t i = 0; i < n; ++i) static_cast<uint16_t*>(dst)[i] = f32_to_bf16(src[i]);
+      break;
+    default: TANDEM_CHECK(false, "kv dtype");
+  }
+}
+
+float dot(const float* a, const float* b, int32_t d) {
+  float s = 0;
+  for (int32_t i = 0; i < d; ++i) s += a[i] * b[i];
+  return s;
+}
+
+}  // namespace
+
+HybridKv::HybridKv(const KvShape& shape, const KvConfig& cfg, const BlockLayout& layout,
+                   int32_t capacity, BlockPool& device, BlockPool& host, HostAttention& host_attn)
+    : shape_(shape),
+      cfg_(cfg),
+      layout_(layout),
+      capacity_(capacity),
+      device_(device),
+      host_(host),
+      host_attn_(host_attn),
+      layers_(static_cast<size_t>(shape.n_layer)),
+      sinks_(cfg.window == 0 ? 0 : std::min(cfg.sinks, cfg.block)) {
+  for (Layer& l : layers_) {
+    l.host_o = Buffer(DType::kF32, {shape.n_head_q, shape.head_dim});
+    l.host_lse = Buffer(DType::kF32, {shape.n_head_q});
+    l.refs.resize(static_cast<size_t>(shape.n_head_kv));
+    l.idx.resize(static_cast<size_t>(shape.n_head_kv));
+  }
+  new_maw_ = Buffer(DType::kF32, {shape.n_head_kv});
+  row_buf_.resize(static_cast<size_t>(shape.n_head_kv) * shape.head_dim);
+}
+
+HybridKv::~HybridKv() {
+  for (Layer& l : layers_) {
+    if (l.ticket) {
+      try {
+        host_attn_.wait(*l.ticket);
+      } catch (...) {  // the sequence is going away; its partial is not needed
+      }
+    }
+    if (l.sink >= 0) device_.free(l.sink);
+    for (int32_t id : l.window) device_.free(id);
+    for (int32_t id : l.host) host_.free(id);
+  }
+}
+
+// ---- block access ---------------------------------------------------------------------------
+
+TensorView HybridKv::dev_k(int32_t id, int32_t rows) const {
+  return TensorView(device_.data(id), layout_.dtype, {rows, layout_.n_head_kv, layout_.head_dim},
+                    device_.memory());
+}
+TensorView HybridKv::dev_v(int32_t id, int32_t rows) const {
+  return TensorView(static_cast<uint8_t*>(device_.data(id)) + layout_.dev_kv_bytes(), layout_.dtype,
+                    {rows, layout_.n_head_kv, layout_.head_dim}, device_.memory());
+}
+float* HybridKv::dev_maw(int32_t id) const {
+  return reinterpret_cast<float*>(static_cast<uint8_t*>(device_.data(id)) + 2 * layout_.dev_kv_bytes());
+}
+uint8_t* HybridKv::host_k(int32_t id) const { return static_cast<uint8_t*>(host_.data(id)); }
+uint8_t* HybridKv::host_v(int32_t id) const { return host_k(id) + layout_.dev_kv_bytes(); }
+float* HybridKv::host_maw(int32_t id) const {
+  return reinterpret_cast<float*>(host_k(id) + 2 * layout_.dev_kv_bytes());
+}
+float* HybridKv::host_kmin(int32_t id) const {
+  return host_maw(id) + int64_t{layout_.tokens} * layout_.n_head_kv;
+}
+float* HybridKv::host_kmax(int32_t id) const {
+  return host_kmin(id) + int64_t{layout_.n_head_kv} * layout_.head_dim;
+}
+
+int32_t HybridKv::device_tokens(const Layer& l) const {
+  return std::min(length_, sinks_) + l.window_tokens;
+}
+
+// ---- accounting -------------------------------------------------------------------------------
+
+int64_t HybridKv::device_blocks() const {
+  int64_t n = 0;
+  for (const Layer& l : layers_) n += (l.sink >= 0) + static_cast<int64_t>(l.window.size());
+  return n;
+}
+
+int64_t HybridKv::host_blocks() const {
+  int64_t n = 0;
+  for (const Layer& l : layers_) n += static_cast<int64_t>(l.host.size());
+  return n;
+}
+
+int64_t HybridKv::device_blocks_for(const KvConfig& cfg, int32_t n_layer, int32_t tokens) {
+  if (tokens <= 0 || cfg.window == 0) return 0;
+  const int64_t b = cfg.block, sinks = std::min(cfg.sinks, cfg.block);
+  int64_t per_layer = sinks > 0 ? 1 : 0;
+  const int64_t u = tokens - sinks;
+  if (u > 0) {
+    const int64_t evicted = u > cfg.window ? (u - cfg.window + b - 1) / b : 0;
+    per_layer += (u - evicted * b + b - 1) / b;
+  }
+  return per_layer * n_layer;
+}
+
+// ---- the step ---------------------------------------------------------------------------------
+
+void HybridKv::begin_step(bool decode, bool observe) {
+  decode_ = decode;
+  observe_ = observe;
+}
+
+bool HybridKv::wants_prefetch() const {
+  return decode_ && cfg_.cpu_attn != CpuAttnMode::kParallel;
+}
+
+bool HybridKv::prefetch_oracle() const { return cfg_.cpu_attn == CpuAttnMode::kAheadOracle; }
+
+void HybridKv::prefetch(Backend& backend, int32_t layer, const TensorView& q_pred) {
+  Layer& l = layers_[static_cast<size_t>(layer)];
+  TANDEM_CHECK(!l.ticket, "prefetch of layer ", layer, " while one is in flight");
+  if (l.host_tokens == 0) return;
+  backend.synchronize();
+  submit_host(l, q_pred.as<const float>());
+}
+
+AttnPartial HybridKv::scratch(int64_t n) {
+  if (n > tmp_rows_) {
+    tmp_o_ = Buffer(DType::kF32, {n, shape_.n_head_q, shape_.head_dim});
+    tmp_lse_ = Buffer(DType::kF32, {n, shape_.n_head_q});
+    tmp_rows_ = n;
+  }
+  return AttnPartial{tmp_o_.view().slice(0, n), tmp_lse_.view().slice(0, n)};
+}
+
+void HybridKv::add_span(Backend& be, const TensorView& q, const TensorView& k, const TensorView& v,
+                        const TensorView& q_pos, int64_t k_pos0, const AttnPartial& out,
+                        bool& first) {
+  if (first) {
+    be.attention(q, k, v, q_pos, k_pos0, shape_.scale, out);
+    first = false;
+    return;
+  }
+  const AttnPartial tmp = scratch(q.dim(0));
+  be.attention(q, k, v, q_pos, k_pos0, shape_.scale, tmp);
+  be.merge(out, tmp);
+}
+
+void HybridKv::device_partial(Backend& be, Layer& l, const TensorView& q, const TensorView& k,
+                              const TensorView& v, const TensorView& q_pos, const AttnPartial& out) {
+  bool first = true;
+  // Every stored device token precedes every new query, so k_pos0 = 0 leaves them all visible.
+  const int32_t n_sink = std::min(length_, sinks_);
+  if (n_sink > 0) add_span(be, q, dev_k(l.sink, n_sink), dev_v(l.sink, n_sink), q_pos, 0, out, first);
+  for (size_t i = 0; i < l.window.size(); ++i) {
+    const int32_t rows = i + 1 < l.window.size()
+                             ? cfg_.block
+                             : l.window_tokens - static_cast<int32_t>(i) * cfg_.block;
+    add_span(be, q, dev_k(l.window[i], rows), dev_v(l.window[i], rows), q_pos, 0, out, first);
+  }
+  add_span(be, q, k, v, q_pos, length_, out, first);  // the step's own tokens, causal
+}
+
+void HybridKv::host_partial_dense(Backend& be, Layer& l, const TensorView& q,
+                                  const TensorView& q_pos, const AttnPartial& out) {
+  bool first = false;  // out already holds the device partial
+  const int64_t b = cfg_.block, d = shape_.head_dim;
+  for (size_t j = 0; j < l.host.size(); ++j) {
+    const int32_t rows = std::min<int32_t>(cfg_.block, l.host_tokens - static_cast<int32_t>(j) * cfg_.block);
+    // Host blocks are [head][token][channel]: view them as [token, head, channel] by strides.
+    TensorView kv(host_k(l.host[j]), layout_.dtype, {rows, shape_.n_head_kv, d}, host_.memory());
+    kv.stride = {d, b * d, 1, 0};
+    TensorView vv = kv;
+    vv.data = host_v(l.host[j]);
+    add_span(be, q, kv, vv, q_pos, 0, out, first);
+  }
+}
+
+void HybridKv::submit_host(Layer& l, const float* q) {
+  const int32_t G = shape_.n_head_q / shape_.n_head_kv, d = shape_.head_dim, b = cfg_.block;
+  const int64_t es = dtype_size(layout_.dtype);
+  const int32_t nblocks = static_cast<int32_t>(l.host.size());
+  auto rows_of = [&](int32_t j) { return std::min(b, l.host_tokens - j * b); };
+  const float threshold = cfg_.hgca_beta / static_cast<float>(std::max(1, device_tokens(l)));
+  std::vector<HostAttnItem> items;
+  std::vector<float> bounds;
+  for (int32_t g = 0; g < shape_.n_head_kv; ++g) {
+    auto& refs = l.refs[static_cast<size_t>(g)];
+    auto& idx = l.idx[static_cast<size_t>(g)];
+    refs.clear();
+    idx.clear();
+    const float* qg = q + int64_t{g} * G * d;
+    auto ref = [&](int32_t j) {
+      HostBlockRef r;
+      r.k = host_k(l.host[static_cast<size_t>(j)]) + int64_t{g} * b * d * es;
+      r.v = host_v(l.host[static_cast<size_t>(j)]) + int64_t{g} * b * d * es;
+      r.n = rows_of(j);
+      return r;
+    };
+    int64_t rows = 0;
+    switch (cfg_.sparse) {
+      case SparsePolicy::kFull:
+        for (int32_t j = 0; j < nblocks; ++j) refs.push_back(ref(j)), rows += refs.back().n;
+        break;
+      case SparsePolicy::kTopk: {
+        bounds.resize(static_cast<size_t>(nblocks));
+        for (int32_t j = 0; j < nblocks; ++j) {
+          const int32_t id = l.host[static_cast<size_t>(j)];
+          bounds[static_cast<size_t>(j)] =
+              quest_bound(qg, G, d, host_kmin(id) + int64_t{g} * d, host_kmax(id) + int64_t{g} * d);
+        }
+        for (int32_t j : top_k_indices(bounds, cfg_.topk_blocks)) refs.push_back(ref(j)), rows += refs.back().n;
+        break;
+      }
+      case SparsePolicy::kHgca: {
+        std::vector<std::pair<int32_t, int32_t>> spans;  // (start in idx, count) per block
+        for (int32_t j = 0; j < nblocks; ++j) {
+          const float* maw = host_maw(l.host[static_cast<size_t>(j)]) + int64_t{g} * b;
+          const int32_t start = static_cast<int32_t>(idx.size());
+          spans.emplace_back(start, select_above(maw, rows_of(j), threshold, idx));
+        }
+        for (int32_t j = 0; j < nblocks; ++j) {  // idx no longer grows: pointers are stable
+          if (spans[static_cast<size_t>(j)].second == 0) continue;
+          HostBlockRef r = ref(j);
+          r.idx = idx.data() + spans[static_cast<size_t>(j)].first;
+          r.n_idx = spans[static_cast<size_t>(j)].second;
+          refs.push_back(r);
+          rows += r.n_idx;
+        }
+        break;
+      }
+    }
+    stats_.host_entries += l.host_tokens;
+    stats_.attended += rows;
+    items.push_back(HostAttnItem{qg, G, l.host_o.as<float>() + int64_t{g} * G * d,
+                                 l.host_lse.as<float>() + int64_t{g} * G, refs});
+  }
+  ++stats_.decode_layers;
+  l.ticket = host_attn_.submit(std::move(items));
+}
+
+void HybridKv::update_maw(Layer& l, const float* q, const float* lse_dev, const float* k_new) {
+  const int32_t G = shape_.n_head_q / shape_.n_head_kv, d = shape_.head_dim;
+  const int32_t hkv = shape_.n_head_kv;
+  const float alpha = cfg_.maw_alpha, scale = shape_.scale;
+  // p of one stored key row (all KV heads) -> updates maw[0..hkv).
+  auto prob = [&](const float* krow, int32_t g) {
+    float p = 0;
+    for (int32_t h = g * G; h < (g + 1) * G; ++h)
+      p = std::max(p, std::exp(scale * dot(q + int64_t{h} * d, krow + int64_t{g} * d, d) - lse_dev[h]));
+    return p;
+  };
+  auto update_block = [&](int32_t id, int32_t rows) {
+    const TensorView k = dev_k(id, rows);
+    float* maw = dev_maw(id);
+    for (int32_t t = 0; t < rows; ++t) {
+      load_row(k.at(t), layout_.dtype, row_buf_.data(), int64_t{hkv} * d);
+      for (int32_t g = 0; g < hkv; ++g)
+        maw[t * hkv + g] = maw_step(maw[t * hkv + g], prob(row_buf_.data(), g), alpha);
+    }
+  };
+  const int32_t n_sink = std::min(length_, sinks_);
+  if (n_sink > 0) update_block(l.sink, n_sink);
+  for (size_t i = 0; i < l.window.size(); ++i)
+    update_block(l.window[i], i + 1 < l.window.size() ? cfg_.block
+                                                      : l.window_tokens - static_cast<int32_t>(i) * cfg_.block);
+  // The new token's first observation is its MAW.
+  for (int32_t g = 0; g < hkv; ++g) new_maw_.as<float>()[g] = prob(k_new, g);
+}
+
+void HybridKv::append_host_row(Layer& l, const float* k_row, const float* v_row, const float* maw) {
+  const int32_t b = cfg_.block, d = shape_.head_dim, hkv = shape_.n_head_kv;
+  const int64_t es = dtype_size(layout_.dtype);
+  if (l.host_tokens % b == 0) {
+    const int32_t id = host_.alloc();
+    TANDEM_REQUIRE(id >= 0, kOutOfMemory, "host KV pool exhausted");
+    std::fill_n(host_kmin(id), int64_t{hkv} * d, std::numeric_limits<float>::infinity());
+    std::fill_n(host_kmax(id), int64_t{hkv} * d, -std::numeric_limits<float>::infinity());
+    l.host.push_back(id);
+  }
+  const int32_t id = l.host.back(), slot = l.host_tokens % b;
+  float stored[512];
+  TANDEM_CHECK(d <= 512, "head_dim ", d);
+  for (int32_t g = 0; g < hkv; ++g) {
+    uint8_t* kd = host_k(id) + (int64_t{g} * b + slot) * d * es;
+    store_row(kd, layout_.dtype, k_row + int64_t{g} * d, d);
+    store_row(host_v(id) + (int64_t{g} * b + slot) * d * es, layout_.dtype, v_row + int64_t{g} * d, d);
+    host_maw(id)[int64_t{g} * b + slot] = maw[g];
+    load_row(kd, layout_.dtype, stored, d);  // the digest bounds the keys as stored
+    digest_add(host_kmin(id) + int64_t{g} * d, host_kmax(id) + int64_t{g} * d, stored, d);
+  }
+  ++l.host_tokens;
+}
+
+void HybridKv::evict_oldest(Layer& l) {
+  TANDEM_CHECK(!l.window.empty() && l.window_tokens >= cfg_.block, "evict from a short window");
+  const int32_t id = l.window.front(), b = cfg_.block, d = shape_.head_dim, hkv = shape_.n_head_kv;
+  const TensorView k = dev_k(id, b), v = dev_v(id, b);
+  std::vector<float> vrow(row_buf_.size());
+  for (int32_t t = 0; t < b; ++t) {
+    load_row(k.at(t), layout_.dtype, row_buf_.data(), int64_t{hkv} * d);
+    load_row(v.at(t), layout_.dtype, vrow.data(), int64_t{hkv} * d);
+    append_host_row(l, row_buf_.data(), vrow.data(), dev_maw(id) + int64_t{t} * hkv);
+  }
+  l.window.pop_front();
+  l.window_tokens -= b;
+  device_.free(id);
+}
+
+void HybridKv::store(Layer& l, const TensorView& k, const TensorView& v, bool with_maw) {
+  const int64_t n = k.dim(0);
+  const int32_t hkv = shape_.n_head_kv, d = shape_.head_dim, b = cfg_.block;
+  const int64_t row = int64_t{hkv} * d, es = dtype_size(layout_.dtype);
+  std::vector<float> zero(static_cast<size_t>(hkv), 0.0f);
+  const float* maw = with_maw ? new_maw_.as<float>() : zero.data();
+  for (int64_t i = 0; i < n; ++i) {
+    const int32_t pos = length_ + static_cast<int32_t>(i);
+    const float* kr = k.as<const float>() + i * row;
+    const float* vr = v.as<const float>() + i * row;
+    if (pos < sinks_) {
+      if (l.sink < 0) {
+        l.sink = device_.alloc();
+        TANDEM_REQUIRE(l.sink >= 0, kOutOfMemory, "device KV pool exhausted");
+      }
+      store_row(dev_k(l.sink, b).at(pos), layout_.dtype, kr, row);
+      store_row(dev_v(l.sink, b).at(pos), layout_.dtype, vr, row);
+      std::copy_n(maw, hkv, dev_maw(l.sink) + int64_t{pos} * hkv);
+      continue;
+    }
+    if (cfg_.window == 0) {
+      append_host_row(l, kr, vr, maw);
+      continue;
+    }
+    if (l.window_tokens + 1 > cfg_.window) evict_oldest(l);
+    if (l.window_tokens == static_cast<int32_t>(l.window.size()) * b) {
+      const int32_t id = device_.alloc();
+      TANDEM_REQUIRE(id >= 0, kOutOfMemory, "device KV pool exhausted");
+      l.window.push_back(id);
+    }
+    const int32_t slot = l.window_tokens - (static_cast<int32_t>(l.window.size()) - 1) * b;
+    const int32_t id = l.window.back();
+    store_row(static_cast<uint8_t*>(device_.data(id)) + slot * row * es, layout_.dtype, kr, row);
+    store_row(static_cast<uint8_t*>(device_.data(id)) + layout_.dev_kv_bytes() + slot * row * es,
+              layout_.dtype, vr, row);
+    std::copy_n(maw, hkv, dev_maw(id) + int64_t{slot} * hkv);
+    ++l.window_tokens;
+  }
+}
+
+void HybridKv::observe_prompt(Layer& l, const TensorView& q, const AttnPartial& out) {
+  const int64_t n = q.dim(0), m = std::min<int64_t>(cfg_.observe, n);
+  const int32_t G = shape_.n_head_q / shape_.n_head_kv, d = shape_.head_dim, hkv = shape_.n_head_kv;
+  const int32_t b = cfg_.block;
+  const int32_t total = length_ + static_cast<int32_t>(n);
+  // Probabilities are relative to all visible keys; rescaled so that uniform attention lands on
+  // the 1 / N_device the HGCA threshold is written against.
+  const float rescale = static_cast<float>(total) / static_cast<float>(std::max(1, device_tokens(l)));
+  std::vector<float> krow(static_cast<size_t>(d));
+  auto seed = [&](const float* key, int32_t g, int32_t pos) {
+    double acc = 0;
+    for (int64_t i = n - m; i < n; ++i) {
+      if (pos > length_ + i) continue;  // a later token of the chunk: not visible to query i
+      float p = 0;
+      for (int32_t h = g * G; h < (g + 1) * G; ++h)
+        p = std::max(p, std::exp(shape_.scale * dot(q.as<const float>() + (i * shape_.n_head_q + h) * d, key, d) -
+                                 out.lse.as<const float>()[i * shape_.n_head_q + h]));
+      acc += p;
+    }
+    return static_cast<float>(acc / static_cast<double>(m)) * rescale;
+  };
+  const int64_t es = dtype_size(layout_.dtype);
+  for (size_t j = 0; j < l.host.size(); ++j) {
+    const int32_t id = l.host[j];
+    const int32_t rows = std::min<int32_t>(b, l.host_tokens - static_cast<int32_t>(j) * b);
+    for (int32_t g = 0; g < hkv; ++g)
+      for (int32_t t = 0; t < rows; ++t) {
+        load_row(host_k(id) + (int64_t{g} * b + t) * d * es, layout_.dtype, krow.data(), d);
+        host_maw(id)[int64_t{g} * b + t] = seed(krow.data(), g, sinks_ + static_cast<int32_t>(j) * b + t);
+      }
+  }
+  auto seed_device = [&](int32_t id, int32_t rows, int32_t pos0) {
+    const TensorView k = dev_k(id, rows);
+    for (int32_t t = 0; t < rows; ++t) {
+      load_row(k.at(t), layout_.dtype, row_buf_.data(), int64_t{hkv} * d);
+      for (int32_t g = 0; g < hkv; ++g)
+        dev_maw(id)[t * hkv + g] = seed(row_buf_.data() + int64_t{g} * d, g, pos0 + t);
+    }
+  };
+  if (l.sink >= 0) seed_device(l.sink, std::min(total, sinks_), 0);
+  const int32_t first_window_pos = sinks_ + l.host_tokens;
+  for (size_t i = 0; i < l.window.size(); ++i)
+    seed_device(l.window[i],
+                i + 1 < l.window.size() ? b : l.window_tokens - static_cast<int32_t>(i) * b,
+                first_window_pos + static_cast<int32_t>(i) * b);
+}
+
+void HybridKv::attend(Backend& be, int32_t layer, const TensorView& q, const TensorView& k,
+                      const TensorView& v, const TensorView& q_pos, const AttnPartial& out) {
+  Layer& l = layers_[static_cast<size_t>(layer)];
+  const int64_t n = q.dim(0);
+  TANDEM_REQUIRE(length_ + n <= capacity_, kInvalidArgument, "sequence of ", length_ + n,
+                 " tokens exceeds its KV capacity of ", capacity_);
+  const bool decode = decode_ && n == 1;
+  const bool host_async = decode && l.host_tokens > 0;
+  // Parallel mode (and layer 0 of ahead mode): the host part starts now, beside the device part.
+  if (host_async && !l.ticket) submit_host(l, q.as<const float>());
+
+  device_partial(be, l, q, k, v, q_pos, out);
+  if (decode) {
+    be.synchronize();
+    update_maw(l, q.as<const float>(), out.lse.as<const float>(), k.as<const float>());
+  }
+  if (host_async) {
+    host_attn_.wait(*l.ticket);
+    l.ticket.reset();
+    be.merge(out, AttnPartial{l.host_o.view().reshape({1, shape_.n_head_q, shape_.head_dim}),
+                              l.host_lse.view().reshape({1, shape_.n_head_q})});
+  } else if (l.host_tokens > 0) {
+    host_partial_dense(be, l, q, q_pos, out);  // prefill: exact under every policy
+  }
+  store(l, k, v, decode);
+  if (!decode && observe_) observe_prompt(l, q, out);
+}
+
+void HybridKv::advance(int32_t n) {
+  TANDEM_CHECK(length_ + n <= capacity_, "advance past capacity");
+  for (const Layer& l : layers_) TANDEM_CHECK(!l.ticket, "host work left in flight");
+  length_ += n;
+}
+
+}  // namespace tandem

@@ -1,0 +1,124 @@
+// HybridKv: one sequence's two-tier KV cache. Per layer: the first `sinks` tokens and a ring of
+// recent blocks (`window` tokens) on the device, every older token in host blocks with its MAW
+// values and a per-block Quest digest. Each step's attention is the LSE merge of the device
+// partial (sinks + window + the step's own tokens) and the host partial over the entries the
+// sparse policy selects, computed by HostAttention on CPU cores, in parallel or one layer ahead.
+#pragma once
+
+#include <deque>
+#include <optional>
+#include <vector>
+
+#include "cpu_attn/host_attention.h"
+#include "kvstore/block_pool.h"
+#include "kvstore/kv_config.h"
+#include "kvstore/sequence_kv.h"
+
+namespace tandem {
+
+// Byte layout of the blocks of one layer (shared by every sequence of a KvStore).
+struct BlockLayout {
+  int32_t tokens = 0, n_head_kv = 0, head_dim = 0;
+  DType dtype = DType::kF32;
+  // Device block: K [tokens, n_head_kv, head_dim], V likewise, MAW f32 [tokens, n_head_kv].
+  int64_t dev_kv_bytes() const { return int64_t{tokens} * n_head_kv * head_dim * dtype_size(dtype); }
+  int64_t dev_bytes() const { return 2 * dev_kv_bytes() + int64_t{tokens} * n_head_kv * 4; }
+  // Host block: K [n_head_kv, tokens, head_dim], V likewise, MAW f32 [n_head_kv, tokens],
+  // digest min and max f32 [n_head_kv, head_dim] each.
+  int64_t host_bytes() const {
+    return 2 * dev_kv_bytes() + int64_t{tokens} * n_head_kv * 4 + 2 * int64_t{n_head_kv} * head_dim * 4;
+  }
+};
+
+// Counters of the host side, summed over steps, layers and KV heads.
+struct HostStats {
+  int64_t host_entries = 0;     // host tokens x KV heads that decode steps could attend
+  int64_t attended = 0;         // of which the policy selected
+  int64_t decode_layers = 0;    // (layer, sequence) decode attentions
+};
+
+class HybridKv final : public SequenceKv {
+ public:
+  HybridKv(const KvShape& shape, const KvConfig& cfg, const BlockLayout& layout, int32_t capacity,
+           BlockPool& device, BlockPool& host, HostAttention& host_attn);
+  ~HybridKv() override;
+
+  int32_t length() const override { return length_; }
+  int32_t capacity() const override { return capacity_; }
+  void attend(Backend& backend, int32_t layer, const TensorView& q, const TensorView& k,
+              const TensorView& v, const TensorView& q_pos, const AttnPartial& out) override;
+  void advance(int32_t n) override;
+  void begin_step(bool decode, bool observe) override;
+  bool wants_prefetch() const override;
+  bool prefetch_oracle() const override;
+  void prefetch(Backend& backend, int32_t layer, const TensorView& q_pred) override;
+
+  // Blocks held per tier (all layers), and what growing by n tokens would add on the device.
+  int64_t device_blocks() const;
+  int64_t host_blocks() const;
+  // Device blocks (all layers) a sequence of `tokens` tokens holds under cfg.
+  static int64_t device_blocks_for(const KvConfig& cfg, int32_t n_layer, int32_t tokens);
+  const HostStats& stats() const { return stats_; }
+
+ private:
+  struct Layer {
+    int32_t sink = -1;             // device block holding the sink tokens
+    std::deque<int32_t> window;    // device blocks, oldest first; the last may be partial
+    int32_t window_tokens = 0;
+    std::vector<int32_t> host;     // host blocks, oldest first; all full except with window 0
+    int32_t host_tokens = 0;
+    // Host partial of a decode step in flight (parallel or ahead), and what its work points to.
+    std::optional<HostAttention::Ticket> ticket;
+    Buffer host_o, host_lse;       // [n_head_q, head_dim], [n_head_q]
+    std::vector<std::vector<HostBlockRef>> refs;  // per KV head
+    std::vector<std::vector<int32_t>> idx;        // per KV head: selected rows, all blocks
+  };
+
+  // Device-side views of a block.
+  TensorView dev_k(int32_t id, int32_t rows) const;
+  TensorView dev_v(int32_t id, int32_t rows) const;
+  float* dev_maw(int32_t id) const;
+  // Host-side pointers of a block.
+  uint8_t* host_k(int32_t id) const;
+  uint8_t* host_v(int32_t id) const;
+  float* host_maw(int32_t id) const;
+  float* host_kmin(int32_t id) const;
+  float* host_kmax(int32_t id) const;
+
+  int32_t device_tokens(const Layer& l) const;
+  void submit_host(Layer& l, const float* q);          // one decode query [n_head_q, head_dim]
+  // out <- attention over every host entry (exact), for any number of queries.
+  void host_partial_dense(Backend& be, Layer& l, const TensorView& q, const TensorView& q_pos,
+                          const AttnPartial& out);
+  // out <- attention over sinks + window + the step's own k/v (causal).
+  void device_partial(Backend& be, Layer& l, const TensorView& q, const TensorView& k,
+                      const TensorView& v, const TensorView& q_pos, const AttnPartial& out);
+  // out <- out merged with attention over one span.
+  void add_span(Backend& be, const TensorView& q, const TensorView& k, const TensorView& v,
+                const TensorView& q_pos, int64_t k_pos0, const AttnPartial& out, bool& first);
+  void update_maw(Layer& l, const float* q, const float* lse_dev, const float* k_new);
+  void store(Layer& l, const TensorView& k, const TensorView& v, bool with_maw);
+  void append_host_row(Layer& l, const float* k_row_heads, const float* v_row_heads,
+                       const float* maw_heads);
+  void evict_oldest(Layer& l);
+  void observe_prompt(Layer& l, const TensorView& q, const AttnPartial& out);
+  AttnPartial scratch(int64_t n);
+
+  KvShape shape_;
+  KvConfig cfg_;
+  BlockLayout layout_;
+  int32_t capacity_;
+  int32_t length_ = 0;
+  BlockPool& device_;
+  BlockPool& host_;
+  HostAttention& host_attn_;
+  std::vector<Layer> layers_;
+  bool decode_ = false, observe_ = false;
+  int32_t sinks_ = 0;  // effective sinks (0 when everything lives on the host)
+  Buffer tmp_o_, tmp_lse_, new_maw_;
+  int64_t tmp_rows_ = 0;
+  std::vector<float> row_buf_;  // converted K/V rows
+  HostStats stats_;
+};
+
+}  // namespace tandem

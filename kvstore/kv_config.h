@@ -1,0 +1,42 @@
+// KvConfig: the kv flags shared by every subcommand (--dense, --sinks, --window, --block,
+// --sparse, --hgca-beta, --topk-blocks, --cpu-attn, --cpu-threads), as plain data.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "kernels/dtype.h"
+
+namespace tandem {
+
+enum class SparsePolicy : uint8_t { kFull, kHgca, kTopk };
+enum class CpuAttnMode : uint8_t {
+  kParallel,     // host part starts when the layer's q is known (HGCA)
+  kAhead,        // host part of layer i+1 starts during layer i with a predicted q (ScoutAttention)
+  kAheadOracle,  // the ahead code path fed the true q (a test and diagnosis mode)
+};
+
+struct KvConfig {
+  bool dense = false;        // no host tier: one contiguous cache per sequence (the reference)
+  int32_t sinks = 4;         // first tokens kept on the device
+  int32_t window = 1024;     // recent tokens kept on the device (0 = everything on the host)
+  int32_t block = 64;        // tokens per block
+  SparsePolicy sparse = SparsePolicy::kHgca;
+  float hgca_beta = 1.0f;    // select host entries with MAW > beta / N_device
+  int32_t topk_blocks = 16;  // host blocks per KV head under --sparse topk
+  CpuAttnMode cpu_attn = CpuAttnMode::kAhead;
+  int32_t cpu_threads = 0;   // host attention workers (0 = all cores)
+  float maw_alpha = 0.1f;    // MAW moving-average factor
+  int32_t observe = 32;      // prompt queries whose attention seeds the MAW of prompt tokens
+  DType kv_dtype = DType::kF32;
+  int64_t device_blocks = 0;  // device pool capacity in blocks (0 = sized for max_batch sequences)
+
+  // Throws kInvalidArgument on inconsistent values (window < block, block 0, ...).
+  void validate() const;
+  std::string describe() const;  // "window=1024 block=64 sparse=hgca(1) cpu-attn=ahead"
+};
+
+std::string_view policy_name(SparsePolicy p);
+std::string_view mode_name(CpuAttnMode m);
+
+}  // namespace tandem

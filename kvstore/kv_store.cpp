@@ -1,0 +1,84 @@
+// KvStore: pools, sequence creation and memory accounting.
+#include "kvstore/kv_store.h"
+
+#include <sstream>
+
+namespace tandem {
+
+std::string_view policy_name(SparsePolicy p) {
+  switch (p) {
+    case SparsePolicy::kFull: return "full";
+    case SparsePolicy::kHgca: return "hgca";
+    case SparsePolicy::kTopk: return "topk";
+  }
+  return "?";
+}
+
+std::string_view mode_name(CpuAttnMode m) {
+  switch (m) {
+    case CpuAttnMode::kParallel: return "parallel";
+    case CpuAttnMode::kAhead: return "ahead";
+    case CpuAttnMode::kAheadOracle: return "ahead-oracle";
+  }
+  return "?";
+}
+
+void KvConfig::validate() const {
+  TANDEM_REQUIRE(block >= 1 && block <= 4096, kInvalidArgument, "--block must be in [1, 4096]");
+  TANDEM_REQUIRE(sinks >= 0 && sinks <= block, kInvalidArgument, "--sinks must be in [0, --block]");
+  TANDEM_REQUIRE(window == 0 || window >= block, kInvalidArgument,
+                 "--window must be 0 (all KV on the host) or at least --block (", block, ")");
+  TANDEM_REQUIRE(hgca_beta > 0, kInvalidArgument, "--hgca-beta must be positive");
+  TANDEM_REQUIRE(topk_blocks >= 0, kInvalidArgument, "--topk-blocks must be >= 0");
+  TANDEM_REQUIRE(maw_alpha > 0 && maw_alpha <= 1, kInvalidArgument, "MAW alpha must be in (0, 1]");
+}
+
+std::string KvConfig::describe() const {
+  std::ostringstream os;
+  if (dense) return "dense";
+  os << "sinks=" << sinks << " window=" << window << " block=" << block
+     << " sparse=" << policy_name(sparse);
+  if (sparse == SparsePolicy::kHgca) os << "(beta=" << hgca_beta << ")";
+  if (sparse == SparsePolicy::kTopk) os << "(k=" << topk_blocks << ")";
+  os << " cpu-attn=" << mode_name(cpu_attn);
+  return os.str();
+}
+
+KvStore::KvStore(const KvShape& shape, const KvConfig& cfg, int32_t max_sequences,
+                 int32_t max_context)
+    : shape_(shape), cfg_(cfg) {
+  cfg_.validate();
+  if (cfg_.dense) return;
+  layout_ = BlockLayout{cfg_.block, shape.n_head_kv, shape.head_dim, cfg_.kv_dtype};
+  int64_t dev = cfg_.device_blocks;
+  if (dev == 0) {
+    // Enough for max_sequences sequences at their largest device footprint.
+    const int64_t window_tokens = std::min<int64_t>(cfg_.window, max_context);
+    const int64_t per_layer = 1 + (window_tokens + cfg_.block - 1) / cfg_.block + 1;
+    dev = std::max<int64_t>(1, per_layer * shape.n_layer * max_sequences);
+  }
+  device_ = std::make_unique<BlockPool>(layout_.dev_bytes(), dev, false, MemoryKind::kDevice);
+  const int64_t chunk = std::max<int64_t>(4, (int64_t{32} << 20) / layout_.host_bytes());
+  host_ = std::make_unique<BlockPool>(layout_.host_bytes(), chunk, true, MemoryKind::kPinned);
+  host_attn_ = std::make_unique<HostAttention>(cfg_.cpu_threads, shape.head_dim, shape.scale,
+                                               cfg_.kv_dtype);
+}
+
+std::unique_ptr<SequenceKv> KvStore::new_sequence(int32_t capacity) {
+  if (cfg_.dense) return std::make_unique<DenseKv>(shape_, capacity);
+  return std::make_unique<HybridKv>(shape_, cfg_, layout_, capacity, *device_, *host_, *host_attn_);
+}
+
+bool KvStore::can_hold(const SequenceKv* seq, int32_t tokens) const {
+  if (cfg_.dense) return true;
+  const auto* h = dynamic_cast<const HybridKv*>(seq);
+  const int64_t held = h ? h->device_blocks() : 0;
+  return HybridKv::device_blocks_for(cfg_, shape_.n_layer, tokens) - held <= device_->free_blocks();
+}
+
+HostStats KvStore::stats_of(const SequenceKv& seq) {
+  const auto* h = dynamic_cast<const HybridKv*>(&seq);
+  return h ? h->stats() : HostStats{};
+}
+
+}  // namespace tandem

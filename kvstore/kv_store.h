@@ -1,0 +1,42 @@
+// KvStore: the facade the engine talks to. It owns the block pools of both tiers and the host
+// attention workers, creates each sequence's KV (hybrid, or dense with --dense) and answers the
+// scheduler's memory questions.
+#pragma once
+
+#include <memory>
+
+#include "cpu_attn/host_attention.h"
+#include "kvstore/block_pool.h"
+#include "kvstore/hybrid_kv.h"
+#include "kvstore/kv_config.h"
+#include "kvstore/sequence_kv.h"
+
+namespace tandem {
+
+class KvStore {
+ public:
+  // max_sequences x max_context sizes the device pool when cfg.device_blocks is 0.
+  KvStore(const KvShape& shape, const KvConfig& cfg, int32_t max_sequences, int32_t max_context);
+
+  std::unique_ptr<SequenceKv> new_sequence(int32_t capacity);
+  // Whether a sequence (nullptr: a new one) can grow to `tokens` with the device blocks free now.
+  bool can_hold(const SequenceKv* seq, int32_t tokens) const;
+
+  const KvConfig& config() const { return cfg_; }
+  int64_t device_blocks_used() const { return device_ ? device_->used() : 0; }
+  int64_t device_blocks_total() const { return device_ ? device_->capacity() : 0; }
+  int64_t host_blocks_used() const { return host_ ? host_->used() : 0; }
+  int64_t host_blocks_total() const { return host_ ? host_->capacity() : 0; }
+  HostAttention* host_attention() { return host_attn_.get(); }
+  // Host counters of a sequence (zero for dense ones).
+  static HostStats stats_of(const SequenceKv& seq);
+
+ private:
+  KvShape shape_;
+  KvConfig cfg_;
+  BlockLayout layout_;
+  std::unique_ptr<BlockPool> device_, host_;
+  std::unique_ptr<HostAttention> host_attn_;
+};
+
+}  // namespace tandem
