@@ -21,7 +21,8 @@ GenerateStats generate(Model& model, SequenceKv& kv, std::span<const int32_t> pr
   TensorView logits;
   for (size_t at = 0; at < prompt.size(); at += static_cast<size_t>(opt.prefill_chunk)) {
     const size_t n = std::min(prompt.size() - at, static_cast<size_t>(opt.prefill_chunk));
-    const StepSequence s{&kv, prompt.subspan(at, n), false};
+    const bool last = at + n == prompt.size();
+    const StepSequence s{&kv, prompt.subspan(at, n), false, false, last};
     logits = model.forward(std::span<const StepSequence>(&s, 1));
   }
   const auto t1 = Clock::now();
@@ -42,7 +43,7 @@ GenerateStats generate(Model& model, SequenceKv& kv, std::span<const int32_t> pr
     if (!on_token(tok)) break;
     // Feeding the token back needs one more slot of context.
     if (st.generated >= opt.max_tokens || kv.length() + 1 > ctx) break;
-    const StepSequence s{&kv, std::span<const int32_t>(&out.back(), 1), false};
+    const StepSequence s{&kv, std::span<const int32_t>(&out.back(), 1), false, true, false};
     logits = model.forward(std::span<const StepSequence>(&s, 1));
   }
   st.decode_seconds = std::chrono::duration<double>(Clock::now() - t1).count();

@@ -7,14 +7,19 @@
 #include "engine/tokenizer.h"
 #include "server/commands.h"
 #include "server/cli.h"
+#include "server/kv_flags.h"
+#include "kvstore/kv_store.h"
 
 namespace tandem {
 
 int cmd_run(const std::vector<std::string>& args) {
-  const Flags f(args,
-                {"model", "prompt", "max-tokens", "temperature", "top-p", "top-k", "min-p",
-                 "repetition-penalty", "seed", "threads", "ctx"},
-                {"no-bos", "ignore-eos"});
+  std::set<std::string> values = {"model", "prompt", "max-tokens", "temperature", "top-p", "top-k",
+                                  "min-p", "repetition-penalty", "seed", "threads", "ctx"};
+  values.insert(kv_value_flags().begin(), kv_value_flags().end());
+  std::set<std::string> bools = {"no-bos", "ignore-eos"};
+  bools.insert(kv_bool_flags().begin(), kv_bool_flags().end());
+  const Flags f(args, values, bools);
+  const KvConfig kv_cfg = parse_kv_flags(f);
   const std::string dir = f.required("model");
   const auto threads = ThreadLimit(f.integer("threads", 0, 0, 4096));
   auto backend = make_cpu_backend();
@@ -39,7 +44,8 @@ int cmd_run(const std::vector<std::string>& args) {
 
   const std::vector<int32_t> prompt = tok.encode(f.required("prompt"), !f.flag("no-bos"));
   const int32_t ctx = static_cast<int32_t>(f.integer("ctx", c.max_context, 1, c.max_context));
-  auto kv = model->new_dense_kv(ctx);
+  KvStore store(model->kv_shape(), kv_cfg, 1, ctx);
+  auto kv = store.new_sequence(ctx);
 
   StreamDecoder dec(tok);
   std::cout << f.required("prompt") << std::flush;

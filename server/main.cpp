@@ -27,8 +27,12 @@ void usage() {
       "usage: tandem <command> [flags]\n"
       "  run           --model DIR --prompt TEXT [--max-tokens N] [--temperature T] [--top-p P]\n"
       "                [--top-k K] [--min-p P] [--repetition-penalty R] [--seed S] [--threads N]\n"
+      "  perplexity    --model DIR --file TEXT [--ctx N] [--prefill N] [kv flags]\n"
       "  bench-decode  --model DIR [--batch 1,8] [--prompt-len N] [--gen N] [--threads N]\n"
-      "  make-model    --shape NAME --dtype f32|bf16|f16 --out DIR (random weights, for benchmarks)\n",
+      "  make-model    --shape NAME --dtype f32|bf16|f16 --out DIR (random weights, for benchmarks)\n"
+      "  bench-cpu-attn [flags]  host attention bytes/s against memory bandwidth (JSON)\n"
+      "kv flags: --dense | --sinks N --window N --block N --sparse full|hgca|topk --hgca-beta B\n"
+      "          --topk-blocks K --cpu-attn parallel|ahead --cpu-threads N --device cpu|cuda\n",
       stderr);
 }
 
@@ -48,6 +52,8 @@ int main(int argc, char** argv) {
     if (cmd == "run") return cmd_run(args);
     if (cmd == "bench-decode") return cmd_bench_decode(args);
     if (cmd == "make-model") return cmd_make_model(args);
+    if (cmd == "perplexity") return cmd_perplexity(args);
+    if (cmd == "bench-cpu-attn") return cmd_bench_cpu_attn(args);
     if (cmd == "-h" || cmd == "--help" || cmd == "help") {
       usage();
       return 0;

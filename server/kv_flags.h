@@ -1,0 +1,18 @@
+// The kv flags shared by every subcommand, parsed into a KvConfig.
+#pragma once
+
+#include <set>
+#include <string>
+
+#include "kvstore/kv_config.h"
+#include "server/cli.h"
+
+namespace tandem {
+
+// Names of the kv flags taking a value, and of the boolean ones, to add to a subcommand's sets.
+const std::set<std::string>& kv_value_flags();
+const std::set<std::string>& kv_bool_flags();
+// Reads the kv flags (defaults as in DESIGN.md) and validates them.
+KvConfig parse_kv_flags(const Flags& f);
+
+}  // namespace tandem

@@ -1,0 +1,222 @@
+// The hybrid KV store: exactness of `full` against the dense cache for every window split and
+// architecture, the layer-ahead path against parallel, block accounting under random workloads,
+// the bounded device footprint, and the selection primitives (MAW, Quest, thresholds).
+#include <catch2/catch.hpp>
+#include <random>
+
+#include "kernels/backend.h"
+#include "kvstore/kv_store.h"
+#include "kvstore/selection.h"
+#include "models/model.h"
+#include "tests/test_helpers.h"
+
+using namespace tandem;
+using tandem::test::ReferenceLogits;
+using tandem::test::rel_error;
+
+namespace {
+
+// Logits of every position of prompt + decode: the prompt prefilled (in chunks of `chunk`), then
+// one decode step per token.
+std::vector<std::vector<float>> run_sequence(Model& model, const KvConfig& cfg,
+                                             const std::vector<int32_t>& prompt,
+                                             const std::vector<int32_t>& decode, int32_t chunk,
+                                             HostStats* stats = nullptr) {
+  KvStore store(model.kv_shape(), cfg, 1, 64);
+  auto kv = store.new_sequence(64);
+  std::vector<std::vector<float>> rows;
+  const int64_t v = model.config().vocab_size;
+  for (size_t at = 0; at < prompt.size(); at += static_cast<size_t>(chunk)) {
+    const size_t n = std::min(prompt.size() - at, static_cast<size_t>(chunk));
+    const StepSequence s{kv.get(), std::span<const int32_t>(prompt).subspan(at, n), true, false,
+                         at + n == prompt.size()};
+    const TensorView l = model.forward(std::span<const StepSequence>(&s, 1));
+    for (int64_t r = 0; r < l.dim(0); ++r) rows.emplace_back(l.as<float>() + r * v, l.as<float>() + (r + 1) * v);
+  }
+  for (const int32_t& t : decode) {
+    const StepSequence s{kv.get(), std::span<const int32_t>(&t, 1), false, true, false};
+    const TensorView l = model.forward(std::span<const StepSequence>(&s, 1));
+    rows.emplace_back(l.as<float>(), l.as<float>() + v);
+  }
+  if (stats) *stats = KvStore::stats_of(*kv);
+  return rows;
+}
+
+double worst(const std::vector<std::vector<float>>& a, const std::vector<std::vector<float>>& b) {
+  REQUIRE(a.size() == b.size());
+  double w = 0;
+  for (size_t i = 0; i < a.size(); ++i)
+    w = std::max(w, rel_error(a[i].data(), b[i].data(), static_cast<int64_t>(a[i].size())));
+  return w;
+}
+
+KvConfig hybrid(int32_t window, SparsePolicy p, CpuAttnMode m) {
+  KvConfig c;
+  c.sinks = 2;
+  c.block = 4;
+  c.window = window;
+  c.sparse = p;
+  c.cpu_attn = m;
+  c.topk_blocks = 2;
+  c.hgca_beta = 1.0f;
+  return c;
+}
+
+const char* kModels[] = {"tinystories-656k", "llama-tiny", "mistral-tiny-bf16-sharded",
+                         "qwen2-tiny", "qwen3-tiny", "opt-tiny", "opt-tiny-postln"};
+
+}  // namespace
+
+TEST_CASE("sparse=full equals dense for every window split", "[hybrid][exact]") {
+  auto backend = make_cpu_backend();
+  for (const char* name : kModels) {
+    const ReferenceLogits ref = ReferenceLogits::load(name);
+    auto model = Model::load(ref.model, *backend);
+    KvConfig dense;
+    dense.dense = true;
+    const auto want = run_sequence(*model, dense, ref.prompt, ref.decode, 5);
+    // window 0 (all on the host), one block, not a multiple of the block, >= the context.
+    for (int32_t window : {0, 4, 6, 64}) {
+      DYNAMIC_SECTION(name << " window " << window) {
+        HostStats st;
+        const auto got = run_sequence(*model, hybrid(window, SparsePolicy::kFull, CpuAttnMode::kParallel),
+                                      ref.prompt, ref.decode, 5, &st);
+        CHECK(worst(got, want) < 1e-5);
+        if (window < 28) CHECK(st.attended == st.host_entries);  // full: every host entry
+        if (window < 28) CHECK(st.host_entries > 0);
+      }
+    }
+  }
+}
+
+TEST_CASE("ahead mode equals parallel when fed the true query", "[hybrid][ahead]") {
+  auto backend = make_cpu_backend();
+  for (const char* name : {"llama-tiny", "qwen3-tiny", "opt-tiny"}) {
+    const ReferenceLogits ref = ReferenceLogits::load(name);
+    auto model = Model::load(ref.model, *backend);
+    for (SparsePolicy p : {SparsePolicy::kFull, SparsePolicy::kHgca, SparsePolicy::kTopk}) {
+      DYNAMIC_SECTION(name << " " << policy_name(p)) {
+        const auto par = run_sequence(*model, hybrid(8, p, CpuAttnMode::kParallel), ref.prompt, ref.decode, 12);
+        const auto oracle = run_sequence(*model, hybrid(8, p, CpuAttnMode::kAheadOracle), ref.prompt, ref.decode, 12);
+        CHECK(worst(oracle, par) == 0.0);
+        const auto ahead = run_sequence(*model, hybrid(8, p, CpuAttnMode::kAhead), ref.prompt, ref.decode, 12);
+        const double diff = worst(ahead, par);
+        // The predicted query differs from the true one: report how much the logits move.
+        WARN(name << " " << policy_name(p) << ": ahead (predicted q) vs parallel, worst relative logit difference " << diff);
+        CHECK(std::isfinite(diff));
+      }
+    }
+  }
+}
+
+TEST_CASE("sparse policies attend a subset and stay close to dense", "[hybrid][sparse]") {
+  auto backend = make_cpu_backend();
+  const ReferenceLogits ref = ReferenceLogits::load("tinystories-656k");
+  auto model = Model::load(ref.model, *backend);
+  for (SparsePolicy p : {SparsePolicy::kHgca, SparsePolicy::kTopk}) {
+    HostStats st;
+    run_sequence(*model, hybrid(8, p, CpuAttnMode::kParallel), ref.prompt, ref.decode, 12, &st);
+    CHECK(st.host_entries > 0);
+    CHECK(st.attended < st.host_entries);
+  }
+}
+
+TEST_CASE("block accounting under random appends and frees", "[hybrid][pool]") {
+  auto backend = make_cpu_backend();
+  KvShape shape{2, 4, 2, 16, 0.25f};
+  std::mt19937 rng(5);
+  for (int32_t window : {0, 8, 12}) {
+    KvConfig cfg = hybrid(window, SparsePolicy::kFull, CpuAttnMode::kParallel);
+    KvStore store(shape, cfg, 4, 256);
+    std::vector<std::unique_ptr<SequenceKv>> seqs;
+    std::vector<float> q(4 * 16), k(2 * 16), v(2 * 16), o(4 * 16), lse(4);
+    for (int iter = 0; iter < 300; ++iter) {
+      const int op = static_cast<int>(rng() % 10);
+      if ((op == 0 && !seqs.empty()) || seqs.size() >= 4) {
+        seqs.erase(seqs.begin() + static_cast<std::ptrdiff_t>(rng() % seqs.size()));
+      } else if (op == 1 || seqs.empty()) {
+        seqs.push_back(store.new_sequence(200));
+      } else {
+        SequenceKv& s = *seqs[rng() % seqs.size()];
+        if (s.length() >= 200) continue;
+        if (!store.can_hold(&s, s.length() + 1)) continue;
+        for (auto* buf : {&q, &k, &v})
+          for (float& x : *buf) x = std::uniform_real_distribution<float>(-1, 1)(rng);
+        int32_t pos = s.length();
+        s.begin_step(true, false);
+        for (int32_t l = 0; l < 2; ++l)
+          s.attend(*backend, l, TensorView(q.data(), DType::kF32, {1, 4, 16}),
+                   TensorView(k.data(), DType::kF32, {1, 2, 16}), TensorView(v.data(), DType::kF32, {1, 2, 16}),
+                   TensorView(&pos, DType::kI32, {1}),
+                   AttnPartial{TensorView(o.data(), DType::kF32, {1, 4, 16}), TensorView(lse.data(), DType::kF32, {1, 4})});
+        s.advance(1);
+      }
+      int64_t dev = 0, host = 0;
+      for (auto& s : seqs) {
+        auto* h = dynamic_cast<HybridKv*>(s.get());
+        dev += h->device_blocks();
+        host += h->host_blocks();
+        CHECK(h->device_blocks() == HybridKv::device_blocks_for(cfg, 2, s->length()));
+        const int64_t host_tokens = std::max<int64_t>(0, s->length() - (window ? 2 : 0)) - (window ? std::min<int64_t>(window, std::max<int64_t>(0, s->length() - 2)) : 0);
+        CHECK(h->host_blocks() >= 2 * ((host_tokens + 3) / 4));
+      }
+      REQUIRE(store.device_blocks_used() == dev);
+      REQUIRE(store.host_blocks_used() == host);
+    }
+    seqs.clear();
+    CHECK(store.device_blocks_used() == 0);
+    CHECK(store.host_blocks_used() == 0);
+  }
+}
+
+TEST_CASE("device memory per sequence stays bounded by sinks + window", "[hybrid][pool]") {
+  auto backend = make_cpu_backend();
+  const ReferenceLogits ref = ReferenceLogits::load("llama-tiny");
+  auto model = Model::load(ref.model, *backend);
+  KvConfig cfg = hybrid(8, SparsePolicy::kHgca, CpuAttnMode::kAhead);
+  KvStore store(model->kv_shape(), cfg, 1, 256);
+  auto kv = store.new_sequence(256);
+  const int64_t bound = model->config().n_layer * (1 + (8 + 3) / 4);  // sink block + window blocks
+  int32_t tok = 3;
+  const StepSequence first{kv.get(), std::span<const int32_t>(&tok, 1), false, false, true};
+  model->forward(std::span<const StepSequence>(&first, 1));
+  for (int i = 0; i < 16 * 8; ++i) {  // to 16x the window
+    tok = (tok * 7 + 1) % 256;
+    const StepSequence s{kv.get(), std::span<const int32_t>(&tok, 1), false, true, false};
+    model->forward(std::span<const StepSequence>(&s, 1));
+    REQUIRE(store.device_blocks_used() <= bound);
+  }
+  CHECK(kv->length() == 1 + 16 * 8);
+  CHECK(store.host_blocks_used() >= model->config().n_layer * ((1 + 128 - 2 - 8) / 4));
+}
+
+TEST_CASE("MAW step, thresholds, Quest bound and top-k", "[hybrid][selection]") {
+  CHECK(maw_step(0.5f, 1.0f, 0.25f) == Approx(0.625f));
+  CHECK(maw_step(0.5f, 0.0f, 1.0f) == 0.0f);
+  const float maw[] = {0.1f, 0.5f, 0.2f, 0.9f};
+  std::vector<int32_t> idx = {7};
+  CHECK(select_above(maw, 4, 0.2f, idx) == 2);
+  CHECK(idx == std::vector<int32_t>{7, 1, 3});  // appended, strictly above
+  std::mt19937 rng(11);
+  std::normal_distribution<float> nd;
+  for (int trial = 0; trial < 200; ++trial) {
+    const int32_t G = 1 + trial % 4, d = 8, rows = 1 + trial % 17;
+    std::vector<float> q(static_cast<size_t>(G * d)), keys(static_cast<size_t>(rows * d));
+    for (float& x : q) x = nd(rng);
+    for (float& x : keys) x = nd(rng);
+    std::vector<float> kmin(d, INFINITY), kmax(d, -INFINITY);
+    for (int32_t r = 0; r < rows; ++r) digest_add(kmin.data(), kmax.data(), keys.data() + r * d, d);
+    float best = -INFINITY;  // the true max over rows of the group's summed scores
+    for (int32_t r = 0; r < rows; ++r) {
+      float s = 0;
+      for (int32_t h = 0; h < G; ++h)
+        for (int32_t c = 0; c < d; ++c) s += q[static_cast<size_t>(h * d + c)] * keys[static_cast<size_t>(r * d + c)];
+      best = std::max(best, s);
+    }
+    REQUIRE(quest_bound(q.data(), G, d, kmin.data(), kmax.data()) >= best - 1e-4f);
+  }
+  const std::vector<float> bounds = {0.3f, 2.0f, -1.0f, 2.0f, 1.0f};
+  CHECK(top_k_indices(bounds, 2) == std::vector<int32_t>{1, 3});
+  CHECK(top_k_indices(bounds, 9) == std::vector<int32_t>{0, 1, 2, 3, 4});
+  CHECK(top_k_indices(bounds, 0).empty());
+}
