@@ -1,0 +1,293 @@
+// HostAttention: batch planning (split items into parts sized to the cores), execution on the
+// arena (one root task per batch, enqueued through the batch's task_group, running a
+// parallel_for over its tasks), merging of split parts, completion and error propagation.
+//
+// Synchronisation is also written with std::atomic and std::mutex of this file (not left to
+// oneTBB's internals alone) so the thread sanitizer sees every happens-before edge: submit
+// publishes the batch with a release store that every task acquires; each task ends with an
+// acq_rel increment that the root task acquires before it sets `done` under the batch mutex, which
+// wait() reads after the task_group wait; the parts of a split item count down an acq_rel counter
+// and the last one merges.
+#include "cpu_attn/host_attention.h"
+
+#include <tbb/blocked_range.h>
+#include <tbb/info.h>
+#include <tbb/parallel_for.h>
+#include <tbb/task_group.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <exception>
+
+#include "kernels/attn_partial.h"
+#include "kernels/common.h"
+
+namespace tandem {
+namespace {
+
+constexpr int64_t kTasksPerThread = 4;        // aim for this many tasks per worker
+constexpr int64_t kMinPartBytes = 256 << 10;  // never split into parts reading less K+V than this
+
+}  // namespace
+
+struct HostAttention::Batch {
+  struct Task {
+    int32_t item;
+    int32_t part;    // index of the part, 0 when the item is not split
+    int32_t b0, b1;  // blocks [b0, b1) of parts_blocks; b0 < 0: the item's own blocks
+  };
+  struct Split {
+    int32_t n_parts = 1;
+    int64_t scratch = 0;  // first part's offset in part_lse (rows of G floats: part_o * d)
+  };
+
+  std::vector<HostAttnItem> items;
+  std::vector<Split> splits;               // per item
+  std::vector<HostBlockRef> parts_blocks;  // blocks of the parts of split items
+  std::vector<Task> tasks;
+  std::vector<float> part_o;                           // [sum over split items of n_parts * G, d]
+  std::vector<float> part_lse;                         // [sum over split items of n_parts * G]
+  std::unique_ptr<std::atomic<int32_t>[]> parts_left;  // per item
+  std::function<void()> on_done;
+
+  std::atomic<bool> published{false};
+  std::atomic<int64_t> tasks_done{0};
+
+  tbb::task_group tg;     // holds the root task; wait() helps run the arena's tasks through it
+  mutable std::mutex mu;  // guards done and error
+  bool done = false;
+  std::exception_ptr error;
+
+  void fail(std::exception_ptr e) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (!error) error = std::move(e);
+  }
+};
+
+namespace {
+
+// Rows [r0, r1) of the selected-row sequence of `blocks`, as block refs appended to out.
+void slice_rows(std::span<const HostBlockRef> blocks, int64_t r0, int64_t r1, int64_t row_bytes,
+                std::vector<HostBlockRef>* out) {
+  int64_t pos = 0;
+  for (const HostBlockRef& b : blocks) {
+    const int64_t n = b.rows();
+    const int64_t a = std::max<int64_t>(r0 - pos, 0), e = std::min<int64_t>(r1 - pos, n);
+    pos += n;
+    if (a >= e) {
+      if (pos >= r1) break;
+      continue;
+    }
+    HostBlockRef s = b;
+    if (b.idx != nullptr) {
+      s.idx = b.idx + a;
+      s.n_idx = static_cast<int32_t>(e - a);
+    } else {
+      s.k = static_cast<const char*>(b.k) + a * row_bytes;
+      s.v = static_cast<const char*>(b.v) + a * row_bytes;
+      s.n = static_cast<int32_t>(e - a);
+    }
+    out->push_back(s);
+    if (pos >= r1) break;
+  }
+}
+
+}  // namespace
+
+HostAttention::HostAttention(int threads, int32_t head_dim, float scale, DType kv_dtype)
+    // More workers than cores would only time-slice (and oneTBB caps workers at cores - 1).
+    : threads_(threads > 0 ? std::min(threads, tbb::info::default_concurrency())
+                           : tbb::info::default_concurrency()),
+      head_dim_(head_dim),
+      scale_(scale),
+      kv_dtype_(kv_dtype),
+      // oneTBB runs at most (cores - 1) workers per process, so with threads >= 2 one slot is kept
+      // for the thread that calls wait(), which joins and helps; with 1 thread the one slot is a
+      // worker's, so the work runs while the caller does something else.
+      arena_(threads_, threads_ > 1 ? 1 : 0) {
+  TANDEM_CHECK(head_dim >= 8 && head_dim % 8 == 0, "host attention head_dim ", head_dim);
+  TANDEM_CHECK(kv_dtype == DType::kF32 || kv_dtype == DType::kF16 || kv_dtype == DType::kBF16,
+               "host attention KV dtype ", dtype_name(kv_dtype));
+}
+
+HostAttention::~HostAttention() {
+  std::map<uint64_t, std::shared_ptr<Batch>> left;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    left.swap(batches_);
+  }
+  for (auto& [id, b] : left) {
+    try {
+      arena_.execute([&] { b->tg.wait(); });
+    } catch (...) {  // a destructor must not throw; the batch's error has nowhere to go
+    }
+  }
+}
+
+HostAttention::Ticket HostAttention::submit(std::vector<HostAttnItem> items,
+                                            std::function<void()> on_done) {
+  auto b = std::make_shared<Batch>();
+  const int64_t row_bytes = head_dim_ * dtype_size(kv_dtype_);
+  // Selected rows per item, and the part size that gives about kTasksPerThread tasks per worker.
+  std::vector<int64_t> rows(items.size());
+  int64_t total = 0;
+  for (size_t i = 0; i < items.size(); ++i) {
+    const HostAttnItem& it = items[i];
+    TANDEM_CHECK(it.q != nullptr && it.o != nullptr && it.lse != nullptr && it.G >= 1,
+                 "host attention item ", i, ": null q/o/lse or G=", it.G);
+    for (const HostBlockRef& blk : it.blocks) {
+      TANDEM_CHECK(blk.n >= 0 && blk.n_idx >= 0, "host attention item ", i, ": block n=", blk.n,
+                   " n_idx=", blk.n_idx);
+      rows[i] += blk.rows();
+    }
+    total += rows[i];
+  }
+  const int64_t target_tasks = kTasksPerThread * threads_;
+  const int64_t min_rows = std::max<int64_t>(1, kMinPartBytes / (2 * row_bytes));
+  const int64_t part_rows = std::max(min_rows, (total + target_tasks - 1) / target_tasks);
+
+  b->splits.resize(items.size());
+  b->parts_left = std::make_unique<std::atomic<int32_t>[]>(items.size());
+  int64_t scratch = 0;
+  for (size_t i = 0; i < items.size(); ++i) {
+    const HostAttnItem& it = items[i];
+    // Parts of about part_rows each (rounded, so an item slightly above part_rows stays whole).
+    const int64_t n_parts = std::max<int64_t>(1, (rows[i] + part_rows / 2) / part_rows);
+    Batch::Split& sp = b->splits[i];
+    sp.n_parts = static_cast<int32_t>(n_parts);
+    b->parts_left[i].store(sp.n_parts, std::memory_order_relaxed);
+    if (n_parts == 1) {
+      b->tasks.push_back({static_cast<int32_t>(i), 0, -1, -1});
+      continue;
+    }
+    sp.scratch = scratch;
+    scratch += n_parts * it.G;
+    const int64_t per = (rows[i] + n_parts - 1) / n_parts;
+    for (int64_t p = 0; p < n_parts; ++p) {
+      const int32_t b0 = static_cast<int32_t>(b->parts_blocks.size());
+      slice_rows(it.blocks, p * per, std::min(rows[i], (p + 1) * per), row_bytes, &b->parts_blocks);
+      b->tasks.push_back({static_cast<int32_t>(i), static_cast<int32_t>(p), b0,
+                          static_cast<int32_t>(b->parts_blocks.size())});
+    }
+  }
+  b->part_lse.resize(static_cast<size_t>(scratch));
+  b->part_o.resize(static_cast<size_t>(scratch * head_dim_));
+  b->items = std::move(items);
+  b->on_done = std::move(on_done);
+  b->published.store(true, std::memory_order_release);
+
+  Ticket t;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    t.id = next_id_++;
+    batches_.emplace(t.id, b);
+  }
+  // The root task holds a raw pointer: batches_ keeps the batch alive until wait() has seen the
+  // task_group finish.
+  Batch* raw = b.get();
+  arena_.enqueue(raw->tg.defer([this, raw] { run_batch(*raw); }));
+  return t;
+}
+
+void HostAttention::run_batch(Batch& b) {
+  const size_t n = b.tasks.size();
+  try {
+    b.published.load(std::memory_order_acquire);
+    tbb::parallel_for(tbb::blocked_range<size_t>(0, n, 1),
+                      [&](const tbb::blocked_range<size_t>& r) {
+                        for (size_t t = r.begin(); t != r.end(); ++t) run_task(b, t);
+                      });
+  } catch (...) {
+    b.fail(std::current_exception());
+  }
+  if (b.tasks_done.load(std::memory_order_acquire) != static_cast<int64_t>(n))
+    b.fail(std::make_exception_ptr(
+        Error(ErrorKind::kInternal, "host attention: batch ended with tasks not run")));
+  if (b.on_done) {
+    try {
+      b.on_done();
+    } catch (...) {
+      b.fail(std::current_exception());
+    }
+  }
+  std::lock_guard<std::mutex> lock(b.mu);
+  b.done = true;
+}
+
+void HostAttention::run_task(Batch& b, size_t t) {
+  b.published.load(std::memory_order_acquire);
+  const auto t0 = std::chrono::steady_clock::now();
+  const Batch::Task& task = b.tasks[t];
+  const HostAttnItem& it = b.items[static_cast<size_t>(task.item)];
+  const Batch::Split& sp = b.splits[static_cast<size_t>(task.item)];
+  try {
+    if (sp.n_parts == 1) {
+      host_attend_group(it.q, it.G, head_dim_, scale_, kv_dtype_, it.blocks, it.o, it.lse);
+    } else {
+      const int64_t row = sp.scratch + int64_t{task.part} * it.G;
+      const std::span<const HostBlockRef> blocks(b.parts_blocks.data() + task.b0,
+                                                 static_cast<size_t>(task.b1 - task.b0));
+      host_attend_group(it.q, it.G, head_dim_, scale_, kv_dtype_, blocks,
+                        b.part_o.data() + row * head_dim_, b.part_lse.data() + row);
+    }
+  } catch (...) {
+    b.fail(std::current_exception());
+  }
+  // The last part of a split item merges the parts in order 0, 1, ... into the item's output.
+  if (sp.n_parts > 1 &&
+      b.parts_left[static_cast<size_t>(task.item)].fetch_sub(1, std::memory_order_acq_rel) == 1) {
+    const size_t gd = static_cast<size_t>(it.G) * static_cast<size_t>(head_dim_);
+    const float* po = b.part_o.data() + sp.scratch * head_dim_;
+    const float* pl = b.part_lse.data() + sp.scratch;
+    std::memcpy(it.o, po, gd * sizeof(float));
+    std::memcpy(it.lse, pl, static_cast<size_t>(it.G) * sizeof(float));
+    for (int32_t p = 1; p < sp.n_parts; ++p)
+      for (int32_t g = 0; g < it.G; ++g) {
+        const int64_t r = int64_t{p} * it.G + g;
+        merge_partial_row(it.o + int64_t{g} * head_dim_, it.lse + g, po + r * head_dim_, pl[r],
+                          head_dim_);
+      }
+  }
+  const auto ns =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0);
+  busy_ns_.fetch_add(ns.count(), std::memory_order_relaxed);
+  b.tasks_done.fetch_add(1, std::memory_order_acq_rel);
+}
+
+std::shared_ptr<HostAttention::Batch> HostAttention::find(Ticket t) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  const auto it = batches_.find(t.id);
+  TANDEM_CHECK(it != batches_.end(), "host attention: unknown or already waited ticket ", t.id);
+  return it->second;
+}
+
+void HostAttention::wait(Ticket t) {
+  const std::shared_ptr<Batch> b = find(t);
+  // Joins the arena (a slot is reserved for this) and runs tasks until the batch is done; when it
+  // cannot join (threads == 1) the wait runs as a task of the arena and this thread blocks.
+  arena_.execute([&] { b->tg.wait(); });
+  std::exception_ptr error;
+  {
+    std::lock_guard<std::mutex> lock(b->mu);
+    TANDEM_CHECK(b->done, "host attention: task_group finished before its batch");
+    error = b->error;
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    batches_.erase(t.id);
+  }
+  if (error) std::rethrow_exception(error);
+}
+
+bool HostAttention::ready(Ticket t) const {
+  const std::shared_ptr<Batch> b = find(t);
+  std::lock_guard<std::mutex> lock(b->mu);
+  return b->done;
+}
+
+double HostAttention::busy_seconds() const {
+  return static_cast<double>(busy_ns_.load(std::memory_order_relaxed)) * 1e-9;
+}
+
+}  // namespace tandem

@@ -1,0 +1,90 @@
+// HostAttention: runs batches of host attention work items (one per sequence and KV head) on its
+// own oneTBB task_arena, asynchronously: submit() returns at once, wait() blocks until that batch
+// is done. Several batches may be in flight (layer-ahead mode submits layer i + 1 while layer i
+// is outstanding).
+//
+// Tasks are sized to the cores: an item whose selected rows exceed about 1 / (4 * threads) of the
+// batch is split into parts whose partials are merged with merge_partial_row, so one long
+// sequence still uses every core. The split depends only on the batch and the thread count of
+// this instance, and parts are merged in a fixed order, so results are reproducible.
+#pragma once
+
+#include <tbb/task_arena.h>
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <vector>
+
+#include "cpu_attn/host_kernel.h"
+#include "kernels/dtype.h"
+
+namespace tandem {
+
+// One unit of work: one query token of one sequence, the G query heads of one KV head, over that
+// head's host blocks. All pointers (q, o, lse, the blocks array, the KV and idx it points to)
+// must stay valid and unchanged until the batch is waited on.
+struct HostAttnItem {
+  const float* q = nullptr;  // f32 [G, head_dim]
+  int32_t G = 1;             // query heads sharing the KV head
+  float* o = nullptr;        // f32 [G, head_dim] out
+  float* lse = nullptr;      // f32 [G] out, natural log; -inf when nothing is selected
+  std::span<const HostBlockRef> blocks;
+};
+
+class HostAttention {
+ public:
+  // A submitted batch; valid until passed to wait().
+  struct Ticket {
+    uint64_t id = 0;
+  };
+
+  // threads: concurrency of the arena (0 or more than the cores = all cores): with threads >= 2,
+  // threads - 1 workers plus the thread blocked in wait(), which helps; with 1, one worker.
+  // kv_dtype: f32, f16 or bf16; head_dim a multiple of 8; scale multiplies q.k (usually 1 /
+  // sqrt(head_dim)).
+  HostAttention(int threads, int32_t head_dim, float scale, DType kv_dtype);
+  // Waits for every batch still in flight (their errors are dropped).
+  ~HostAttention();
+  HostAttention(const HostAttention&) = delete;
+  HostAttention& operator=(const HostAttention&) = delete;
+
+  // Queues the items and returns at once. on_done, if set, runs on a worker once the whole
+  // batch is done (successfully or not), e.g. to raise a completion flag the GPU polls; it must
+  // be cheap and must not throw. Throws tandem::Error at once on a malformed item.
+  Ticket submit(std::vector<HostAttnItem> items, std::function<void()> on_done = {});
+  // Blocks until the batch is done, helping to run the arena's tasks meanwhile, then forgets
+  // the ticket. Rethrows the first exception raised by one of its tasks.
+  void wait(Ticket t);
+  // True when the batch is done (wait() would not block). Does not consume the ticket.
+  bool ready(Ticket t) const;
+
+  // Total thread-seconds spent in attention tasks since construction (for metrics).
+  double busy_seconds() const;
+  int threads() const { return threads_; }
+  int32_t head_dim() const { return head_dim_; }
+  DType kv_dtype() const { return kv_dtype_; }
+
+  struct Batch;  // defined in host_attention.cpp
+
+ private:
+  std::shared_ptr<Batch> find(Ticket t) const;
+  void run_batch(Batch& b);
+  void run_task(Batch& b, size_t t);
+
+  int threads_;
+  int32_t head_dim_;
+  float scale_;
+  DType kv_dtype_;
+  tbb::task_arena arena_;
+  std::atomic<int64_t> busy_ns_{0};
+  mutable std::mutex mu_;  // guards batches_ and next_id_
+  std::map<uint64_t, std::shared_ptr<Batch>> batches_;
+  uint64_t next_id_ = 1;
+};
+
+}  // namespace tandem

@@ -1,0 +1,312 @@
+// host_attend_group: online-softmax decode attention over gathered host rows, AVX2/FMA/F16C.
+//
+// Rows are gathered across blocks (and selections) into chunks of kChunkRows row pointers, so a
+// sparse selection still fills whole chunks. Per chunk and per pass over at most kMaxPass query
+// heads:
+//   scores  R rows at a time (R = 8 / heads, so 8 independent FMA chains), the 8 dot products
+//           reduced together by one hadd tree; q is pre-scaled and stays in L1;
+//   softmax one max update per head per chunk; the accumulated o and sum are rescaled only when
+//           the max grows;
+//   values  CB column blocks at a time (CB = 8 / heads, again 8 FMA chains), each V row loaded
+//           once for all heads of the pass.
+// Heads beyond kMaxPass take further passes over the same chunk, which is then in L1, so K and V
+// still come from memory once.
+#include "cpu_attn/host_kernel.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "kernels/attn_partial.h"
+#include "kernels/common.h"
+#include "kernels/cpu/simd.h"
+
+namespace tandem {
+namespace {
+
+constexpr int kMaxPass = 8;  // query heads per register pass (8 accumulators of 16 ymm)
+
+// Lane i of the result is the sum of the lanes of a[i].
+inline __m256 reduce8(const __m256* a) {
+  const __m256 t0 = _mm256_hadd_ps(a[0], a[1]);
+  const __m256 t1 = _mm256_hadd_ps(a[2], a[3]);
+  const __m256 t2 = _mm256_hadd_ps(a[4], a[5]);
+  const __m256 t3 = _mm256_hadd_ps(a[6], a[7]);
+  const __m256 u0 = _mm256_hadd_ps(t0, t1);  // [a0..a3 low halves | a0..a3 high halves]
+  const __m256 u1 = _mm256_hadd_ps(t2, t3);  // [a4..a7 low halves | a4..a7 high halves]
+  return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
+}
+
+// s[g * kChunkRows + j] = q_g . k_j for GS heads and rows j in [0, nr); nr a multiple of R.
+//   rows [nr] pointers to K rows of d elements; q f32 [GS, d] (pre-scaled).
+template <typename E, int GS>
+void score_pass(const typename E::T* const* rows, int32_t nr, const float* q, int32_t d, float* s) {
+  constexpr int R = GS >= kMaxPass ? 1 : kMaxPass / GS;
+  for (int32_t j = 0; j < nr; j += R) {
+    __m256 acc[kMaxPass];
+#pragma GCC unroll 8
+    for (int i = 0; i < kMaxPass; ++i) acc[i] = _mm256_setzero_ps();
+    for (int32_t c = 0; c < d; c += 8) {
+      __m256 kv[R];
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) kv[r] = E::load8(rows[j + r] + c);
+#pragma GCC unroll 8
+      for (int g = 0; g < GS; ++g) {
+        const __m256 qv = _mm256_loadu_ps(q + g * d + c);
+#pragma GCC unroll 8
+        for (int r = 0; r < R; ++r) acc[g * R + r] = _mm256_fmadd_ps(qv, kv[r], acc[g * R + r]);
+      }
+    }
+    alignas(32) float t[kMaxPass];
+    _mm256_store_ps(t, reduce8(acc));
+#pragma GCC unroll 8
+    for (int g = 0; g < GS; ++g)
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) s[g * kChunkRows + j + r] = t[g * R + r];
+  }
+}
+
+// acc[g, c0 .. c0 + 8 CB) += sum_j p[g * kChunkRows + j] * v_j[c0 ...] for column blocks of
+// 8 * CB starting at *c while they fit in d; advances *c.
+template <typename E, int GS, int CB>
+void value_cols(const typename E::T* const* rows, int32_t nr, const float* p, float* acc, int32_t d,
+                int32_t* c) {
+  for (; *c + 8 * CB <= d; *c += 8 * CB) {
+    const int32_t c0 = *c;
+    __m256 o[GS * CB];
+#pragma GCC unroll 8
+    for (int g = 0; g < GS; ++g)
+#pragma GCC unroll 8
+      for (int b = 0; b < CB; ++b) o[g * CB + b] = _mm256_loadu_ps(acc + g * d + c0 + 8 * b);
+    for (int32_t j = 0; j < nr; ++j) {
+      const typename E::T* vr = rows[j] + c0;
+      __m256 w[GS];
+#pragma GCC unroll 8
+      for (int g = 0; g < GS; ++g) w[g] = _mm256_broadcast_ss(p + g * kChunkRows + j);
+#pragma GCC unroll 8
+      for (int b = 0; b < CB; ++b) {
+        const __m256 v = E::load8(vr + 8 * b);
+#pragma GCC unroll 8
+        for (int g = 0; g < GS; ++g) o[g * CB + b] = _mm256_fmadd_ps(w[g], v, o[g * CB + b]);
+      }
+    }
+#pragma GCC unroll 8
+    for (int g = 0; g < GS; ++g)
+#pragma GCC unroll 8
+      for (int b = 0; b < CB; ++b) _mm256_storeu_ps(acc + g * d + c0 + 8 * b, o[g * CB + b]);
+  }
+}
+
+// acc [GS, d] += P [GS, nr] . V [nr, d] for one pass of GS heads.
+template <typename E, int GS>
+void value_pass(const typename E::T* const* rows, int32_t nr, const float* p, float* acc,
+                int32_t d) {
+  constexpr int CB = GS >= kMaxPass ? 1 : kMaxPass / GS;
+  int32_t c = 0;
+  value_cols<E, GS, CB>(rows, nr, p, acc, d, &c);
+  if constexpr (CB >= 8) value_cols<E, GS, 4>(rows, nr, p, acc, d, &c);
+  if constexpr (CB >= 4) value_cols<E, GS, 2>(rows, nr, p, acc, d, &c);
+  if constexpr (CB >= 2) value_cols<E, GS, 1>(rows, nr, p, acc, d, &c);
+}
+
+template <typename E>
+struct PassFns {
+  using T = typename E::T;
+  void (*score)(const T* const*, int32_t, const float*, int32_t, float*);
+  void (*value)(const T* const*, int32_t, const float*, float*, int32_t);
+};
+
+template <typename E, int GS>
+constexpr PassFns<E> pass_fns() {
+  return {&score_pass<E, GS>, &value_pass<E, GS>};
+}
+
+template <typename E>
+PassFns<E> pass_fns_for(int gs) {
+  switch (gs) {
+    case 1:
+      return pass_fns<E, 1>();
+    case 2:
+      return pass_fns<E, 2>();
+    case 3:
+      return pass_fns<E, 3>();
+    case 4:
+      return pass_fns<E, 4>();
+    case 5:
+      return pass_fns<E, 5>();
+    case 6:
+      return pass_fns<E, 6>();
+    case 7:
+      return pass_fns<E, 7>();
+    default:
+      return pass_fns<E, 8>();
+  }
+}
+
+// Per-thread working memory of one call, reused across calls.
+struct Scratch {
+  std::vector<float> qs;   // [G, d] scale * q
+  std::vector<float> acc;  // [G, d] unnormalised output
+  std::vector<float> s;    // [G, kChunkRows] scores, then probabilities
+  std::vector<float> m;    // [G] running max
+  std::vector<float> l;    // [G] running sum of exp(score - m)
+};
+
+template <typename E>
+class GroupAttention {
+ public:
+  using T = typename E::T;
+
+  GroupAttention(const float* q, int32_t G, int32_t d, float scale, Scratch& w)
+      : G_(G), d_(d), w_(w) {
+    const size_t gd = static_cast<size_t>(G) * static_cast<size_t>(d);
+    w_.qs.resize(gd);
+    w_.acc.assign(gd, 0.0f);
+    w_.s.resize(static_cast<size_t>(G) * kChunkRows);
+    w_.m.assign(static_cast<size_t>(G), kNegInf);
+    w_.l.assign(static_cast<size_t>(G), 0.0f);
+    for (size_t i = 0; i < gd; ++i) w_.qs[i] = q[i] * scale;
+    // Passes of at most kMaxPass heads, as even as possible (12 heads: 6 + 6).
+    const int32_t n_pass = (G + kMaxPass - 1) / kMaxPass;
+    for (int32_t i = 0, h0 = 0; i < n_pass; ++i) {
+      const int32_t gs = (G - h0) / (n_pass - i);
+      passes_.push_back({h0, gs, pass_fns_for<E>(gs)});
+      h0 += gs;
+    }
+  }
+
+  // Adds the rows of one block to the chunk, processing full chunks.
+  void add_block(const HostBlockRef& b) {
+    TANDEM_CHECK(b.n >= 0 && b.n_idx >= 0, "host block n=", b.n, " n_idx=", b.n_idx);
+    const int32_t rows = b.rows();
+    if (rows == 0) return;
+    TANDEM_CHECK(b.k != nullptr && b.v != nullptr, "host block without K or V");
+    const T* k = static_cast<const T*>(b.k);
+    const T* v = static_cast<const T*>(b.v);
+    const int64_t d = d_;
+    for (int32_t i = 0; i < rows; ++i) {
+      int64_t r = i;
+      if (b.idx != nullptr) {
+        r = b.idx[i];
+        TANDEM_CHECK(r >= 0 && r < b.n, "host block idx ", r, " outside [0, ", b.n, ")");
+      }
+      kp_[nr_] = k + r * d;
+      vp_[nr_] = v + r * d;
+      if (++nr_ == kChunkRows) flush();
+    }
+  }
+
+  // Processes the last partial chunk and writes o [G, d] and lse [G].
+  void finish(float* o, float* lse) {
+    if (nr_ > 0) flush();
+    for (int32_t g = 0; g < G_; ++g) {
+      float* og = o + static_cast<int64_t>(g) * d_;
+      const float l = w_.l[static_cast<size_t>(g)];
+      if (l == 0.0f) {  // nothing selected (or every score -inf): the empty partial
+        std::fill(og, og + d_, 0.0f);
+        lse[g] = kNegInf;
+        continue;
+      }
+      const float* ag = w_.acc.data() + static_cast<int64_t>(g) * d_;
+      const __m256 inv = _mm256_set1_ps(1.0f / l);
+      for (int32_t c = 0; c < d_; c += 8)
+        _mm256_storeu_ps(og + c, _mm256_mul_ps(_mm256_loadu_ps(ag + c), inv));
+      lse[g] = w_.m[static_cast<size_t>(g)] + std::log(l);
+    }
+  }
+
+ private:
+  struct Pass {
+    int32_t h0, gs;
+    PassFns<E> fns;
+  };
+
+  void flush() {
+    const int32_t nr = nr_;
+    nr_ = 0;
+    // Pad the row count to a multiple of 8 (every pass's R divides 8) with copies of row 0;
+    // their scores are overwritten with -inf below, so they weigh exactly 0.
+    const int32_t nr_pad = (nr + 7) & ~7;
+    for (int32_t j = nr; j < nr_pad; ++j) kp_[j] = kp_[0];
+    float* s = w_.s.data();
+    for (const Pass& ps : passes_)
+      ps.fns.score(kp_, nr_pad, w_.qs.data() + ps.h0 * d_, d_, s + ps.h0 * kChunkRows);
+    for (int32_t g = 0; g < G_; ++g) {
+      float* sg = s + g * kChunkRows;
+      for (int32_t j = nr; j < kChunkRows; ++j) sg[j] = kNegInf;
+      const __m256 s0 = _mm256_loadu_ps(sg), s1 = _mm256_loadu_ps(sg + 8);
+      const float cm = cpu::hmax(_mm256_max_ps(s0, s1));
+      float& m = w_.m[static_cast<size_t>(g)];
+      float& l = w_.l[static_cast<size_t>(g)];
+      if (cm > m) {
+        // Rescale what was accumulated under the old max (nothing yet when it was -inf).
+        if (m != kNegInf) {
+          const float alpha = std::exp(m - cm);
+          const __m256 a = _mm256_set1_ps(alpha);
+          float* ag = w_.acc.data() + static_cast<int64_t>(g) * d_;
+          for (int32_t c = 0; c < d_; c += 8)
+            _mm256_storeu_ps(ag + c, _mm256_mul_ps(_mm256_loadu_ps(ag + c), a));
+          l *= alpha;
+        }
+        m = cm;
+      }
+      if (m == kNegInf) {  // every score so far is -inf: weights 0 (exp(-inf - -inf) is NaN)
+        std::fill(sg, sg + kChunkRows, 0.0f);
+        continue;
+      }
+      const __m256 mb = _mm256_set1_ps(m);
+      const __m256 p0 = cpu::exp8(_mm256_sub_ps(s0, mb));
+      const __m256 p1 = cpu::exp8(_mm256_sub_ps(s1, mb));
+      // Pad rows have score -inf, and exp8 maps -inf to exactly 0.
+      _mm256_storeu_ps(sg, p0);
+      _mm256_storeu_ps(sg + 8, p1);
+      l += cpu::hsum(_mm256_add_ps(p0, p1));
+    }
+    for (const Pass& ps : passes_)
+      ps.fns.value(vp_, nr, s + ps.h0 * kChunkRows, w_.acc.data() + ps.h0 * d_, d_);
+  }
+
+  int32_t G_, d_;
+  Scratch& w_;
+  std::vector<Pass> passes_;
+  const T* kp_[kChunkRows];
+  const T* vp_[kChunkRows];
+  int32_t nr_ = 0;
+};
+
+template <typename E>
+void attend_typed(const float* q, int32_t G, int32_t d, float scale,
+                  std::span<const HostBlockRef> blocks, float* o, float* lse) {
+  thread_local Scratch scratch;
+  GroupAttention<E> ga(q, G, d, scale, scratch);
+  for (const HostBlockRef& b : blocks) ga.add_block(b);
+  ga.finish(o, lse);
+}
+
+}  // namespace
+
+void host_attend_group(const float* q, int32_t G, int32_t d, float scale, DType kv_dtype,
+                       std::span<const HostBlockRef> blocks, float* o, float* lse) {
+  TANDEM_CHECK(G >= 1, "host attention G=", G);
+  TANDEM_CHECK(d >= 8 && d % 8 == 0, "host attention head_dim ", d, " is not a multiple of 8");
+  TANDEM_CHECK(q != nullptr && o != nullptr && lse != nullptr, "host attention null q/o/lse");
+  switch (kv_dtype) {
+    case DType::kF32:
+      return attend_typed<cpu::F32>(q, G, d, scale, blocks, o, lse);
+    case DType::kF16:
+      return attend_typed<cpu::F16>(q, G, d, scale, blocks, o, lse);
+    case DType::kBF16:
+      return attend_typed<cpu::BF16>(q, G, d, scale, blocks, o, lse);
+    default:
+      break;
+  }
+  TANDEM_CHECK(false, "host attention KV dtype ", dtype_name(kv_dtype));
+}
+
+int64_t host_kv_bytes(std::span<const HostBlockRef> blocks, int32_t d, DType kv_dtype) {
+  int64_t rows = 0;
+  for (const HostBlockRef& b : blocks) rows += b.rows();
+  return 2 * rows * d * dtype_size(kv_dtype);
+}
+
+}  // namespace tandem

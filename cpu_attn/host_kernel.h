@@ -1,0 +1,47 @@
+// The host attention kernel: decode attention of one query token over host-resident KV blocks,
+// for one KV head and the G query heads that share it (GQA group). Returns the partial (o, lse)
+// of kernels/attn_partial.h, so it merges with the device part by merge_partial_row.
+//
+// Memory-bound by design: every K and V byte is read once for all G query heads. float32 math on
+// AVX2/FMA/F16C; rows are processed in chunks of kChunkRows (scores, one max update and rescale
+// per chunk, then the V accumulation).
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "kernels/dtype.h"
+
+namespace tandem {
+
+// One block's rows of one KV head, as the host store lays them out: K and V each
+// [n, head_dim] contiguous rows in the store's KV dtype.
+struct HostBlockRef {
+  const void* k = nullptr;       // [n, head_dim]
+  const void* v = nullptr;       // [n, head_dim]
+  int32_t n = 0;                 // valid rows in the block
+  const int32_t* idx = nullptr;  // optional selection: attend only rows idx[0, n_idx), each in
+                                 // [0, n); nullptr = all n rows
+  int32_t n_idx = 0;
+
+  // Rows this block contributes.
+  int32_t rows() const { return idx != nullptr ? n_idx : n; }
+};
+
+// Rows per chunk of the online softmax (one max update and rescale per chunk).
+inline constexpr int32_t kChunkRows = 16;
+
+// Attention of one query token, G query heads, over the selected rows of `blocks` (in order).
+//   q    f32 [G, d]  query heads of the group (not yet scaled)
+//   o    f32 [G, d]  out: softmax(scale * q.K^T) V over the selected rows
+//   lse  f32 [G]     out: natural log of sum_j exp(scale * q.k_j)
+// kv_dtype: f32, f16 or bf16; d a multiple of 8; G >= 1. No block or no selected row gives the
+// empty partial: lse = -inf, o = 0. Throws tandem::Error (kInternal) on bad arguments or an idx
+// entry outside [0, n). q, o and lse must not alias the KV.
+void host_attend_group(const float* q, int32_t G, int32_t d, float scale, DType kv_dtype,
+                       std::span<const HostBlockRef> blocks, float* o, float* lse);
+
+// Bytes of K and V that host_attend_group reads for these blocks (selected rows only).
+int64_t host_kv_bytes(std::span<const HostBlockRef> blocks, int32_t d, DType kv_dtype);
+
+}  // namespace tandem
