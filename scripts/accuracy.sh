@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Accuracy of the sparse host policies against --dense: perplexity through the decode path for
+# full, hgca (beta 0.5, 1, 2) and topk (12.5% and 25% of the host blocks) in both start modes, at
+# window = 25% and 50% of the context. Writes docs/accuracy.md (and the raw JSON lines beside it).
+#   scripts/accuracy.sh [MODEL_DIR TEXT_FILE CTX BLOCK]
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$root"
+model="${1:-../shared/models/tinystories-656k}"
+text="${2:-tests/fixtures/text/tinystories-sampled.txt}"
+ctx="${3:-512}"
+block="${4:-16}"
+[[ -x build/tandem ]] || scripts/build.sh >&2
+out=docs/accuracy.md
+raw=docs/accuracy-$(basename "$model").jsonl
+: > "$raw"
+run() { build/tandem perplexity --model "$model" --file "$text" --ctx "$ctx" --prefill 1 --block "$block" "$@" | tee -a "$raw"; }
+
+run --dense >/dev/null
+for w in $((ctx / 4)) $((ctx / 2)); do
+  host_blocks=$(( (ctx - w + block - 1) / block ))
+  for mode in parallel ahead; do
+    run --window "$w" --sparse full --cpu-attn "$mode" >/dev/null
+    for beta in 0.5 1 2; do run --window "$w" --sparse hgca --hgca-beta "$beta" --cpu-attn "$mode" >/dev/null; done
+    for frac in 8 4; do  # 1/8 = 12.5%, 1/4 = 25%
+      k=$(( (host_blocks + frac - 1) / frac ))
+      run --window "$w" --sparse topk --topk-blocks "$k" --cpu-attn "$mode" >/dev/null
+    done
+  done
+done
+
+{
+  echo "# Accuracy of the host policies"
+  echo
+  echo "Produced by \`scripts/accuracy.sh $model $text $ctx $block\` on $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'),"
+  echo "$(date -u +%Y-%m-%d). Perplexity is teacher-forced through the decode path (\`tandem perplexity --prefill 1\`):"
+  echo "every token after the first is a decode step, so the window, the host tier, the policy and the start"
+  echo "mode are what is measured. sinks 4, block $block, context $ctx. \"host attended\" is the fraction of"
+  echo "(host token, KV head) entries the policy selected, averaged over decode steps and layers."
+  echo
+  echo "| window | mode | policy | ppl | vs dense | host attended |"
+  echo "|---|---|---|---|---|---|"
+  dense=$(head -1 "$raw" | sed 's/.*"ppl":\([0-9.e+-]*\).*/\1/')
+  tail -n +2 "$raw" | while read -r line; do
+    w=$(sed 's/.*"window":\([0-9]*\).*/\1/' <<<"$line")
+    mode=$(sed 's/.*"cpu_attn":"\([a-z-]*\)".*/\1/' <<<"$line")
+    pol=$(sed 's/.*"sparse":"\([a-z]*\)".*/\1/' <<<"$line")
+    ppl=$(sed 's/.*"ppl":\([0-9.e+-]*\).*/\1/' <<<"$line")
+    frac=$(sed 's/.*"host_fraction_attended":\([0-9.e+-]*\).*/\1/' <<<"$line")
+    case "$pol" in
+      hgca) pol="hgca beta=$(sed 's/.*"hgca_beta":\([0-9.e+-]*\).*/\1/' <<<"$line")" ;;
+      topk) pol="topk k=$(sed 's/.*"topk_blocks":\([0-9]*\).*/\1/' <<<"$line") blocks" ;;
+    esac
+    printf "| %s | %s | %s | %.4f | %+.2f%% | %.3f |\n" "$w" "$mode" "$pol" "$ppl" \
+      "$(awk -v a="$ppl" -v b="$dense" 'BEGIN{print (a/b-1)*100}')" "$frac"
+  done
+  echo
+  printf "Dense reference: ppl %.4f.\n" "$dense"
+} > "$out"
+cat "$out"
