@@ -16,7 +16,7 @@ struct GenerateOptions {
   int32_t max_tokens = 128;
   int32_t prefill_chunk = 512;  // prompt tokens per forward step
   SamplingParams sampling;
-  uint64_t seed = 0;            // used when sampling.seed is unset
+  uint64_t seed = 0;              // used when sampling.seed is unset
   std::vector<int32_t> stop_ids;  // generation ends after emitting one of these (not streamed)
 };
 

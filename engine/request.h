@@ -26,15 +26,15 @@ enum class FinishReason : uint8_t {
 };
 
 struct GenerationRequest {
-  std::vector<int32_t> prompt;      // token ids, after chat template and tokenizer
+  std::vector<int32_t> prompt;  // token ids, after chat template and tokenizer
   SamplingParams sampling;
-  int32_t max_tokens = 16;          // generated tokens at most
-  std::vector<std::string> stop;    // stop strings: the text ends before the first match, which
-                                    // is not emitted (matches across token boundaries count)
-  std::vector<int32_t> stop_ids;    // extra stop tokens (EOS ids are added unless ignore_eos)
+  int32_t max_tokens = 16;        // generated tokens at most
+  std::vector<std::string> stop;  // stop strings: the text ends before the first match, which
+                                  // is not emitted (matches across token boundaries count)
+  std::vector<int32_t> stop_ids;  // extra stop tokens (EOS ids are added unless ignore_eos)
   bool ignore_eos = false;
-  int32_t top_logprobs = -1;        // -1: no logprobs; k >= 0: the chosen token's logprob and the
-                                    // k most likely alternatives, per generated token
+  int32_t top_logprobs = -1;  // -1: no logprobs; k >= 0: the chosen token's logprob and the
+                              // k most likely alternatives, per generated token
 };
 
 // One alternative of a logprobs entry.
@@ -45,14 +45,14 @@ struct TokenLogprob {
 };
 
 struct TokenEvent {
-  std::string text;                     // newly released text: complete UTF-8, never any part of
-                                        // a stop string match; may be empty while text is held back
-  std::vector<int32_t> tokens;          // tokens generated since the previous event
-  std::vector<TokenLogprob> logprobs;   // per token in `tokens` when requested: the chosen one
+  std::string text;                    // newly released text: complete UTF-8, never any part of
+                                       // a stop string match; may be empty while text is held back
+  std::vector<int32_t> tokens;         // tokens generated since the previous event
+  std::vector<TokenLogprob> logprobs;  // per token in `tokens` when requested: the chosen one
   std::vector<std::vector<TokenLogprob>> top;  // per token: the top_logprobs alternatives
-  FinishReason finish = FinishReason::kNone;  // set on the last event of the stream only
-  std::string error;                    // with kError
-  int32_t prompt_tokens = 0;            // usage, on the last event
+  FinishReason finish = FinishReason::kNone;   // set on the last event of the stream only
+  std::string error;                           // with kError
+  int32_t prompt_tokens = 0;                   // usage, on the last event
   int32_t completion_tokens = 0;
 };
 

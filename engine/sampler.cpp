@@ -50,7 +50,8 @@ int32_t Sampler::sample(std::span<float> logits, std::span<const int32_t> prompt
     for (int32_t t = 0; t < vocab; ++t) {
       const int32_t n = counts_[static_cast<size_t>(t)];
       if (n > 0)
-        logits[static_cast<size_t>(t)] -= p.presence_penalty + p.frequency_penalty * static_cast<float>(n);
+        logits[static_cast<size_t>(t)] -=
+            p.presence_penalty + p.frequency_penalty * static_cast<float>(n);
     }
   }
 
@@ -90,7 +91,8 @@ int32_t Sampler::sample(std::span<float> logits, std::span<const int32_t> prompt
   if (p.top_p < 1.0f) {
     size_t prefix = std::min<size_t>(cand_.size(), 256);
     for (;;) {
-      std::partial_sort(cand_.begin(), cand_.begin() + static_cast<std::ptrdiff_t>(prefix), cand_.end(), by_logit);
+      std::partial_sort(cand_.begin(), cand_.begin() + static_cast<std::ptrdiff_t>(prefix),
+                        cand_.end(), by_logit);
       double mass = 0;
       size_t keep = 0;
       while (keep < prefix && mass < p.top_p) mass += cand_[keep++].first;
@@ -98,7 +100,7 @@ int32_t Sampler::sample(std::span<float> logits, std::span<const int32_t> prompt
         cand_.resize(std::max<size_t>(keep, 1));
         break;
       }
-      prefix = std::min(cand_.size(), prefix * 8);
+      prefix = cand_.size();  // the short prefix was not enough: sort everything once
     }
   } else {
     std::sort(cand_.begin(), cand_.end(), by_logit);  // a fixed order makes draws reproducible
@@ -131,7 +133,9 @@ std::vector<std::pair<float, int32_t>> top_logprobs(std::span<const float> logit
   for (size_t i = 0; i < lp.size(); ++i) all[i] = {lp[i], static_cast<int32_t>(i)};
   const size_t kk = std::min<size_t>(static_cast<size_t>(std::max(k, 0)), all.size());
   std::partial_sort(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(kk), all.end(),
-                    [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); });
+                    [](const auto& a, const auto& b) {
+                      return a.first > b.first || (a.first == b.first && a.second < b.second);
+                    });
   all.resize(kk);
   return all;
 }

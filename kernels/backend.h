@@ -18,10 +18,10 @@ namespace tandem {
 // Rotary embedding parameters, precomputed once from the model config (models/config.cpp).
 struct RopeTable {
   int32_t head_dim = 0;
-  int32_t rotary_dim = 0;        // leading dims of each head that rotate (== head_dim for Llama)
-  std::vector<float> inv_freq;   // [rotary_dim / 2], scaling (linear, llama3, yarn) applied
-  float mscale = 1.0f;           // multiplies cos and sin (yarn attention factor)
-  bool neox = true;              // rotate-half pairs (i, i + rotary_dim/2) as in HF; false: (2i, 2i+1)
+  int32_t rotary_dim = 0;       // leading dims of each head that rotate (== head_dim for Llama)
+  std::vector<float> inv_freq;  // [rotary_dim / 2], scaling (linear, llama3, yarn) applied
+  float mscale = 1.0f;          // multiplies cos and sin (yarn attention factor)
+  bool neox = true;  // rotate-half pairs (i, i + rotary_dim/2) as in HF; false: (2i, 2i+1)
 };
 
 class Backend {
@@ -33,7 +33,8 @@ class Backend {
   // bias f32 [m] or an empty view. Every byte of w is read once per call.
   virtual void matmul(const TensorView& x, const TensorView& w, const TensorView& bias,
                       const TensorView& y) = 0;
-  // out[i, :] = table[ids[i], :] as f32. ids i32 [n], table f32/f16/bf16 [vocab, d], out f32 [n, d].
+  // out[i, :] = table[ids[i], :] as f32. ids i32 [n], table f32/f16/bf16 [vocab, d], out f32 [n,
+  // d].
   virtual void embedding(const TensorView& ids, const TensorView& table, const TensorView& out) = 0;
   // Row-wise over the last dim of x [rows, d]: out = x / sqrt(mean(x^2) + eps) * w. w f32 [d].
   // out may alias x.

@@ -42,7 +42,7 @@ std::string cat(Args&&... args) {
 }  // namespace tandem
 
 // Internal invariant: failure is a bug; the message names the file and line.
-#define TANDEM_CHECK(cond, ...)                                                                 \
+#define TANDEM_CHECK(cond, ...)                                                                \
   do {                                                                                         \
     if (!(cond))                                                                               \
       ::tandem::throw_error(::tandem::ErrorKind::kInternal,                                    \
@@ -51,8 +51,9 @@ std::string cat(Args&&... args) {
   } while (0)
 
 // User-facing failure of a given kind; the message is shown as is (no source location).
-#define TANDEM_FAIL(kind, ...) throw ::tandem::Error(::tandem::ErrorKind::kind, ::tandem::cat(__VA_ARGS__))
-#define TANDEM_REQUIRE(cond, kind, ...) \
-  do {                                  \
+#define TANDEM_FAIL(kind, ...) \
+  throw ::tandem::Error(::tandem::ErrorKind::kind, ::tandem::cat(__VA_ARGS__))
+#define TANDEM_REQUIRE(cond, kind, ...)          \
+  do {                                           \
     if (!(cond)) TANDEM_FAIL(kind, __VA_ARGS__); \
   } while (0)

@@ -15,14 +15,13 @@ BlockPool::BlockPool(int64_t block_bytes, int64_t capacity, bool growable, Memor
 void BlockPool::grow() {
   const int64_t base = static_cast<int64_t>(chunks_.size()) * chunk_blocks_;
   TANDEM_REQUIRE(base + chunk_blocks_ < (int64_t{1} << 31), kOutOfMemory, "KV pool too large");
-  chunks_.emplace_back(DType::kU8, std::initializer_list<int64_t>{chunk_blocks_ * block_bytes_}, memory_);
+  chunks_.emplace_back(DType::kU8, std::initializer_list<int64_t>{chunk_blocks_ * block_bytes_},
+                       memory_);
   in_use_.resize(static_cast<size_t>(base + chunk_blocks_), false);
   for (int64_t i = chunk_blocks_ - 1; i >= 0; --i) free_.push_back(static_cast<int32_t>(base + i));
 }
 
-int64_t BlockPool::capacity() const {
-  return static_cast<int64_t>(chunks_.size()) * chunk_blocks_;
-}
+int64_t BlockPool::capacity() const { return static_cast<int64_t>(chunks_.size()) * chunk_blocks_; }
 
 int32_t BlockPool::alloc() {
   if (free_.empty()) {
@@ -37,7 +36,8 @@ int32_t BlockPool::alloc() {
 }
 
 void BlockPool::free(int32_t id) {
-  TANDEM_CHECK(id >= 0 && id < capacity() && in_use_[static_cast<size_t>(id)], "free of block ", id);
+  TANDEM_CHECK(id >= 0 && id < capacity() && in_use_[static_cast<size_t>(id)], "free of block ",
+               id);
   in_use_[static_cast<size_t>(id)] = false;
   free_.push_back(id);
   --used_;

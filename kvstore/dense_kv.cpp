@@ -8,8 +8,10 @@ namespace tandem {
 DenseKv::DenseKv(const KvShape& shape, int32_t capacity) : shape_(shape), capacity_(capacity) {
   TANDEM_CHECK(capacity > 0, "capacity ", capacity);
   for (int32_t l = 0; l < shape.n_layer; ++l) {
-    k_.emplace_back(DType::kF32, std::initializer_list<int64_t>{capacity, shape.n_head_kv, shape.head_dim});
-    v_.emplace_back(DType::kF32, std::initializer_list<int64_t>{capacity, shape.n_head_kv, shape.head_dim});
+    k_.emplace_back(DType::kF32,
+                    std::initializer_list<int64_t>{capacity, shape.n_head_kv, shape.head_dim});
+    v_.emplace_back(DType::kF32,
+                    std::initializer_list<int64_t>{capacity, shape.n_head_kv, shape.head_dim});
   }
 }
 

@@ -13,27 +13,33 @@ namespace {
 
 void load_row(const void* src, DType t, float* dst, int64_t n) {
   switch (t) {
-    case DType::kF32: std::memcpy(dst, src, static_cast<size_t>(n) * 4); break;
+    case DType::kF32:
+      std::memcpy(dst, src, static_cast<size_t>(n) * 4);
+      break;
     case DType::kF16:
       for (int64_t i = 0; i < n; ++i) dst[i] = f16_to_f32(static_cast<const uint16_t*>(src)[i]);
       break;
     case DType::kBF16:
       for (int64_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(static_cast<const uint16_t*>(src)[i]);
       break;
-    default: TANDEM_CHECK(false, "kv dtype");
+    default:
+      TANDEM_CHECK(false, "kv dtype");
   }
 }
 
 void store_row(void* dst, DType t, const float* src, int64_t n) {
   switch (t) {
-    case DType::kF32: std::memcpy(dst, src, static_cast<size_t>(n) * 4); break;
+    case DType::kF32:
+      std::memcpy(dst, src, static_cast<size_t>(n) * 4);
+      break;
     case DType::kF16:
       for (int64_t i = 0; i < n; ++i) static_cast<uint16_t*>(dst)[i] = f32_to_f16(src[i]);
       break;
     case DType::kBF16:
       for (int64_t i = 0; i < n; ++i) static_cast<uint16_t*>(dst)[i] = f32_to_bf16(src[i]);
       break;
-    default: TANDEM_CHECK(false, "kv dtype");
+    default:
+      TANDEM_CHECK(false, "kv dtype");
   }
 }
 
@@ -91,7 +97,8 @@ TensorView HybridKv::dev_v(int32_t id, int32_t rows) const {
                     {rows, layout_.n_head_kv, layout_.head_dim}, device_.memory());
 }
 float* HybridKv::dev_maw(int32_t id) const {
-  return reinterpret_cast<float*>(static_cast<uint8_t*>(device_.data(id)) + 2 * layout_.dev_kv_bytes());
+  return reinterpret_cast<float*>(static_cast<uint8_t*>(device_.data(id)) +
+                                  2 * layout_.dev_kv_bytes());
 }
 uint8_t* HybridKv::host_k(int32_t id) const { return static_cast<uint8_t*>(host_.data(id)); }
 uint8_t* HybridKv::host_v(int32_t id) const { return host_k(id) + layout_.dev_kv_bytes(); }
@@ -142,9 +149,7 @@ void HybridKv::begin_step(bool decode, bool observe) {
   observe_ = observe;
 }
 
-bool HybridKv::wants_prefetch() const {
-  return decode_ && cfg_.cpu_attn != CpuAttnMode::kParallel;
-}
+bool HybridKv::wants_prefetch() const { return decode_ && cfg_.cpu_attn != CpuAttnMode::kParallel; }
 
 bool HybridKv::prefetch_oracle() const { return cfg_.cpu_attn == CpuAttnMode::kAheadOracle; }
 
@@ -179,11 +184,13 @@ void HybridKv::add_span(Backend& be, const TensorView& q, const TensorView& k, c
 }
 
 void HybridKv::device_partial(Backend& be, Layer& l, const TensorView& q, const TensorView& k,
-                              const TensorView& v, const TensorView& q_pos, const AttnPartial& out) {
+                              const TensorView& v, const TensorView& q_pos,
+                              const AttnPartial& out) {
   bool first = true;
   // Every stored device token precedes every new query, so k_pos0 = 0 leaves them all visible.
   const int32_t n_sink = std::min(length_, sinks_);
-  if (n_sink > 0) add_span(be, q, dev_k(l.sink, n_sink), dev_v(l.sink, n_sink), q_pos, 0, out, first);
+  if (n_sink > 0)
+    add_span(be, q, dev_k(l.sink, n_sink), dev_v(l.sink, n_sink), q_pos, 0, out, first);
   for (size_t i = 0; i < l.window.size(); ++i) {
     const int32_t rows = i + 1 < l.window.size()
                              ? cfg_.block
@@ -198,7 +205,8 @@ void HybridKv::host_partial_dense(Backend& be, Layer& l, const TensorView& q,
   bool first = false;  // out already holds the device partial
   const int64_t b = cfg_.block, d = shape_.head_dim;
   for (size_t j = 0; j < l.host.size(); ++j) {
-    const int32_t rows = std::min<int32_t>(cfg_.block, l.host_tokens - static_cast<int32_t>(j) * cfg_.block);
+    const int32_t rows =
+        std::min<int32_t>(cfg_.block, l.host_tokens - static_cast<int32_t>(j) * cfg_.block);
     // Host blocks are [head][token][channel]: view them as [token, head, channel] by strides.
     TensorView kv(host_k(l.host[j]), layout_.dtype, {rows, shape_.n_head_kv, d}, host_.memory());
     kv.stride = {d, b * d, 1, 0};
@@ -241,7 +249,8 @@ void HybridKv::submit_host(Layer& l, const float* q) {
           bounds[static_cast<size_t>(j)] =
               quest_bound(qg, G, d, host_kmin(id) + int64_t{g} * d, host_kmax(id) + int64_t{g} * d);
         }
-        for (int32_t j : top_k_indices(bounds, cfg_.topk_blocks)) refs.push_back(ref(j)), rows += refs.back().n;
+        for (int32_t j : top_k_indices(bounds, cfg_.topk_blocks))
+          refs.push_back(ref(j)), rows += refs.back().n;
         break;
       }
       case SparsePolicy::kHgca: {
@@ -279,7 +288,8 @@ void HybridKv::update_maw(Layer& l, const float* q, const float* lse_dev, const 
   auto prob = [&](const float* krow, int32_t g) {
     float p = 0;
     for (int32_t h = g * G; h < (g + 1) * G; ++h)
-      p = std::max(p, std::exp(scale * dot(q + int64_t{h} * d, krow + int64_t{g} * d, d) - lse_dev[h]));
+      p = std::max(
+          p, std::exp(scale * dot(q + int64_t{h} * d, krow + int64_t{g} * d, d) - lse_dev[h]));
     return p;
   };
   auto update_block = [&](int32_t id, int32_t rows) {
@@ -294,8 +304,9 @@ void HybridKv::update_maw(Layer& l, const float* q, const float* lse_dev, const 
   const int32_t n_sink = std::min(length_, sinks_);
   if (n_sink > 0) update_block(l.sink, n_sink);
   for (size_t i = 0; i < l.window.size(); ++i)
-    update_block(l.window[i], i + 1 < l.window.size() ? cfg_.block
-                                                      : l.window_tokens - static_cast<int32_t>(i) * cfg_.block);
+    update_block(l.window[i], i + 1 < l.window.size()
+                                  ? cfg_.block
+                                  : l.window_tokens - static_cast<int32_t>(i) * cfg_.block);
   // The new token's first observation is its MAW.
   for (int32_t g = 0; g < hkv; ++g) new_maw_.as<float>()[g] = prob(k_new, g);
 }
@@ -316,7 +327,8 @@ void HybridKv::append_host_row(Layer& l, const float* k_row, const float* v_row,
   for (int32_t g = 0; g < hkv; ++g) {
     uint8_t* kd = host_k(id) + (int64_t{g} * b + slot) * d * es;
     store_row(kd, layout_.dtype, k_row + int64_t{g} * d, d);
-    store_row(host_v(id) + (int64_t{g} * b + slot) * d * es, layout_.dtype, v_row + int64_t{g} * d, d);
+    store_row(host_v(id) + (int64_t{g} * b + slot) * d * es, layout_.dtype, v_row + int64_t{g} * d,
+              d);
     host_maw(id)[int64_t{g} * b + slot] = maw[g];
     load_row(kd, layout_.dtype, stored, d);  // the digest bounds the keys as stored
     digest_add(host_kmin(id) + int64_t{g} * d, host_kmax(id) + int64_t{g} * d, stored, d);
@@ -386,7 +398,8 @@ void HybridKv::observe_prompt(Layer& l, const TensorView& q, const AttnPartial& 
   const int32_t total = length_ + static_cast<int32_t>(n);
   // Probabilities are relative to all visible keys; rescaled so that uniform attention lands on
   // the 1 / N_device the HGCA threshold is written against.
-  const float rescale = static_cast<float>(total) / static_cast<float>(std::max(1, device_tokens(l)));
+  const float rescale =
+      static_cast<float>(total) / static_cast<float>(std::max(1, device_tokens(l)));
   std::vector<float> krow(static_cast<size_t>(d));
   auto seed = [&](const float* key, int32_t g, int32_t pos) {
     double acc = 0;
@@ -394,8 +407,10 @@ void HybridKv::observe_prompt(Layer& l, const TensorView& q, const AttnPartial& 
       if (pos > length_ + i) continue;  // a later token of the chunk: not visible to query i
       float p = 0;
       for (int32_t h = g * G; h < (g + 1) * G; ++h)
-        p = std::max(p, std::exp(shape_.scale * dot(q.as<const float>() + (i * shape_.n_head_q + h) * d, key, d) -
-                                 out.lse.as<const float>()[i * shape_.n_head_q + h]));
+        p = std::max(p,
+                     std::exp(shape_.scale *
+                                  dot(q.as<const float>() + (i * shape_.n_head_q + h) * d, key, d) -
+                              out.lse.as<const float>()[i * shape_.n_head_q + h]));
       acc += p;
     }
     return static_cast<float>(acc / static_cast<double>(m)) * rescale;
@@ -407,7 +422,8 @@ void HybridKv::observe_prompt(Layer& l, const TensorView& q, const AttnPartial& 
     for (int32_t g = 0; g < hkv; ++g)
       for (int32_t t = 0; t < rows; ++t) {
         load_row(host_k(id) + (int64_t{g} * b + t) * d * es, layout_.dtype, krow.data(), d);
-        host_maw(id)[int64_t{g} * b + t] = seed(krow.data(), g, sinks_ + static_cast<int32_t>(j) * b + t);
+        host_maw(id)[int64_t{g} * b + t] =
+            seed(krow.data(), g, sinks_ + static_cast<int32_t>(j) * b + t);
       }
   }
   auto seed_device = [&](int32_t id, int32_t rows, int32_t pos0) {

@@ -21,20 +21,23 @@ struct BlockLayout {
   int32_t tokens = 0, n_head_kv = 0, head_dim = 0;
   DType dtype = DType::kF32;
   // Device block: K [tokens, n_head_kv, head_dim], V likewise, MAW f32 [tokens, n_head_kv].
-  int64_t dev_kv_bytes() const { return int64_t{tokens} * n_head_kv * head_dim * dtype_size(dtype); }
+  int64_t dev_kv_bytes() const {
+    return int64_t{tokens} * n_head_kv * head_dim * dtype_size(dtype);
+  }
   int64_t dev_bytes() const { return 2 * dev_kv_bytes() + int64_t{tokens} * n_head_kv * 4; }
   // Host block: K [n_head_kv, tokens, head_dim], V likewise, MAW f32 [n_head_kv, tokens],
   // digest min and max f32 [n_head_kv, head_dim] each.
   int64_t host_bytes() const {
-    return 2 * dev_kv_bytes() + int64_t{tokens} * n_head_kv * 4 + 2 * int64_t{n_head_kv} * head_dim * 4;
+    return 2 * dev_kv_bytes() + int64_t{tokens} * n_head_kv * 4 +
+           2 * int64_t{n_head_kv} * head_dim * 4;
   }
 };
 
 // Counters of the host side, summed over steps, layers and KV heads.
 struct HostStats {
-  int64_t host_entries = 0;     // host tokens x KV heads that decode steps could attend
-  int64_t attended = 0;         // of which the policy selected
-  int64_t decode_layers = 0;    // (layer, sequence) decode attentions
+  int64_t host_entries = 0;   // host tokens x KV heads that decode steps could attend
+  int64_t attended = 0;       // of which the policy selected
+  int64_t decode_layers = 0;  // (layer, sequence) decode attentions
 };
 
 class HybridKv final : public SequenceKv {
@@ -62,14 +65,14 @@ class HybridKv final : public SequenceKv {
 
  private:
   struct Layer {
-    int32_t sink = -1;             // device block holding the sink tokens
-    std::deque<int32_t> window;    // device blocks, oldest first; the last may be partial
+    int32_t sink = -1;           // device block holding the sink tokens
+    std::deque<int32_t> window;  // device blocks, oldest first; the last may be partial
     int32_t window_tokens = 0;
-    std::vector<int32_t> host;     // host blocks, oldest first; all full except with window 0
+    std::vector<int32_t> host;  // host blocks, oldest first; all full except with window 0
     int32_t host_tokens = 0;
     // Host partial of a decode step in flight (parallel or ahead), and what its work points to.
     std::optional<HostAttention::Ticket> ticket;
-    Buffer host_o, host_lse;       // [n_head_q, head_dim], [n_head_q]
+    Buffer host_o, host_lse;                      // [n_head_q, head_dim], [n_head_q]
     std::vector<std::vector<HostBlockRef>> refs;  // per KV head
     std::vector<std::vector<int32_t>> idx;        // per KV head: selected rows, all blocks
   };
@@ -86,7 +89,7 @@ class HybridKv final : public SequenceKv {
   float* host_kmax(int32_t id) const;
 
   int32_t device_tokens(const Layer& l) const;
-  void submit_host(Layer& l, const float* q);          // one decode query [n_head_q, head_dim]
+  void submit_host(Layer& l, const float* q);  // one decode query [n_head_q, head_dim]
   // out <- attention over every host entry (exact), for any number of queries.
   void host_partial_dense(Backend& be, Layer& l, const TensorView& q, const TensorView& q_pos,
                           const AttnPartial& out);

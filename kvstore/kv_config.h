@@ -17,17 +17,17 @@ enum class CpuAttnMode : uint8_t {
 };
 
 struct KvConfig {
-  bool dense = false;        // no host tier: one contiguous cache per sequence (the reference)
-  int32_t sinks = 4;         // first tokens kept on the device
-  int32_t window = 1024;     // recent tokens kept on the device (0 = everything on the host)
-  int32_t block = 64;        // tokens per block
+  bool dense = false;     // no host tier: one contiguous cache per sequence (the reference)
+  int32_t sinks = 4;      // first tokens kept on the device
+  int32_t window = 1024;  // recent tokens kept on the device (0 = everything on the host)
+  int32_t block = 64;     // tokens per block
   SparsePolicy sparse = SparsePolicy::kHgca;
   float hgca_beta = 1.0f;    // select host entries with MAW > beta / N_device
   int32_t topk_blocks = 16;  // host blocks per KV head under --sparse topk
   CpuAttnMode cpu_attn = CpuAttnMode::kAhead;
-  int32_t cpu_threads = 0;   // host attention workers (0 = all cores)
-  float maw_alpha = 0.1f;    // MAW moving-average factor
-  int32_t observe = 32;      // prompt queries whose attention seeds the MAW of prompt tokens
+  int32_t cpu_threads = 0;  // host attention workers (0 = all cores)
+  float maw_alpha = 0.1f;   // MAW moving-average factor
+  int32_t observe = 32;     // prompt queries whose attention seeds the MAW of prompt tokens
   DType kv_dtype = DType::kF32;
   int64_t device_blocks = 0;  // device pool capacity in blocks (0 = sized for max_batch sequences)
 

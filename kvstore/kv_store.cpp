@@ -7,18 +7,24 @@ namespace tandem {
 
 std::string_view policy_name(SparsePolicy p) {
   switch (p) {
-    case SparsePolicy::kFull: return "full";
-    case SparsePolicy::kHgca: return "hgca";
-    case SparsePolicy::kTopk: return "topk";
+    case SparsePolicy::kFull:
+      return "full";
+    case SparsePolicy::kHgca:
+      return "hgca";
+    case SparsePolicy::kTopk:
+      return "topk";
   }
   return "?";
 }
 
 std::string_view mode_name(CpuAttnMode m) {
   switch (m) {
-    case CpuAttnMode::kParallel: return "parallel";
-    case CpuAttnMode::kAhead: return "ahead";
-    case CpuAttnMode::kAheadOracle: return "ahead-oracle";
+    case CpuAttnMode::kParallel:
+      return "parallel";
+    case CpuAttnMode::kAhead:
+      return "ahead";
+    case CpuAttnMode::kAheadOracle:
+      return "ahead-oracle";
   }
   return "?";
 }
@@ -60,8 +66,8 @@ KvStore::KvStore(const KvShape& shape, const KvConfig& cfg, int32_t max_sequence
   device_ = std::make_unique<BlockPool>(layout_.dev_bytes(), dev, false, MemoryKind::kDevice);
   const int64_t chunk = std::max<int64_t>(4, (int64_t{32} << 20) / layout_.host_bytes());
   host_ = std::make_unique<BlockPool>(layout_.host_bytes(), chunk, true, MemoryKind::kPinned);
-  host_attn_ = std::make_unique<HostAttention>(cfg_.cpu_threads, shape.head_dim, shape.scale,
-                                               cfg_.kv_dtype);
+  host_attn_ =
+      std::make_unique<HostAttention>(cfg_.cpu_threads, shape.head_dim, shape.scale, cfg_.kv_dtype);
 }
 
 std::unique_ptr<SequenceKv> KvStore::new_sequence(int32_t capacity) {

@@ -19,10 +19,11 @@ std::vector<int32_t> top_k_indices(std::span<const float> bounds, int32_t k) {
   std::vector<int32_t> idx(bounds.size());
   std::iota(idx.begin(), idx.end(), 0);
   if (k < static_cast<int32_t>(idx.size())) {
-    std::nth_element(idx.begin(), idx.begin() + std::max(k, 0), idx.end(), [&](int32_t a, int32_t b) {
-      return bounds[static_cast<size_t>(a)] > bounds[static_cast<size_t>(b)] ||
-             (bounds[static_cast<size_t>(a)] == bounds[static_cast<size_t>(b)] && a < b);
-    });
+    std::nth_element(
+        idx.begin(), idx.begin() + std::max(k, 0), idx.end(), [&](int32_t a, int32_t b) {
+          return bounds[static_cast<size_t>(a)] > bounds[static_cast<size_t>(b)] ||
+                 (bounds[static_cast<size_t>(a)] == bounds[static_cast<size_t>(b)] && a < b);
+        });
     idx.resize(static_cast<size_t>(std::max(k, 0)));
   }
   std::sort(idx.begin(), idx.end());

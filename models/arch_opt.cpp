@@ -9,7 +9,8 @@ void map_opt_weights(const ModelConfig& c, const TensorStore& s, ModelWeights& w
   const int64_t qd = int64_t{c.n_head_q} * c.head_dim;
   const std::string d = "model.decoder.";
   w.embed = s.get(d + "embed_tokens.weight", {v, e});
-  w.lm_head = c.tie_embeddings || !s.has("lm_head.weight") ? w.embed : s.get("lm_head.weight", {v, e});
+  w.lm_head =
+      c.tie_embeddings || !s.has("lm_head.weight") ? w.embed : s.get("lm_head.weight", {v, e});
   w.pos_embed = s.get(d + "embed_positions.weight", {int64_t{c.max_context} + c.pos_offset, h});
   if (e != h) {
     w.project_in = s.get(d + "project_in.weight", {h, e});

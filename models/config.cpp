@@ -5,8 +5,8 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
-#include <numbers>
 #include <nlohmann/json.hpp>
+#include <numbers>
 
 namespace tandem {
 namespace {
@@ -51,17 +51,20 @@ struct Fields {
   }
   double num_or(const char* key, double def) const {
     if (!has(key)) return def;
-    if (!j[key].is_number()) TANDEM_FAIL(kInvalidArgument, file, ": \"", key, "\" must be a number");
+    if (!j[key].is_number())
+      TANDEM_FAIL(kInvalidArgument, file, ": \"", key, "\" must be a number");
     return j[key].get<double>();
   }
   bool bool_or(const char* key, bool def) const {
     if (!has(key)) return def;
-    if (!j[key].is_boolean()) TANDEM_FAIL(kInvalidArgument, file, ": \"", key, "\" must be a boolean");
+    if (!j[key].is_boolean())
+      TANDEM_FAIL(kInvalidArgument, file, ": \"", key, "\" must be a boolean");
     return j[key].get<bool>();
   }
   std::string str_or(const char* key, const std::string& def) const {
     if (!has(key)) return def;
-    if (!j[key].is_string()) TANDEM_FAIL(kInvalidArgument, file, ": \"", key, "\" must be a string");
+    if (!j[key].is_string())
+      TANDEM_FAIL(kInvalidArgument, file, ": \"", key, "\" must be a string");
     return j[key].get<std::string>();
   }
 };
@@ -75,16 +78,22 @@ std::vector<int32_t> ids_of(const json& v) {
   return out;
 }
 
-double yarn_mscale(double scale, double m) { return scale <= 1.0 ? 1.0 : 0.1 * m * std::log(scale) + 1.0; }
+double yarn_mscale(double scale, double m) {
+  return scale <= 1.0 ? 1.0 : 0.1 * m * std::log(scale) + 1.0;
+}
 
 }  // namespace
 
 std::string_view arch_name(Arch a) {
   switch (a) {
-    case Arch::kLlama: return "llama";
-    case Arch::kQwen2: return "qwen2";
-    case Arch::kQwen3: return "qwen3";
-    case Arch::kOpt: return "opt";
+    case Arch::kLlama:
+      return "llama";
+    case Arch::kQwen2:
+      return "qwen2";
+    case Arch::kQwen3:
+      return "qwen3";
+    case Arch::kOpt:
+      return "opt";
   }
   return "?";
 }
@@ -98,7 +107,8 @@ RopeTable make_rope_table(int32_t head_dim, double theta, double partial_rotary_
   const int32_t half = t.rotary_dim / 2;
   const double dim = t.rotary_dim;
   std::vector<double> inv(static_cast<size_t>(half));
-  for (int32_t i = 0; i < half; ++i) inv[static_cast<size_t>(i)] = 1.0 / std::pow(theta, 2.0 * i / dim);
+  for (int32_t i = 0; i < half; ++i)
+    inv[static_cast<size_t>(i)] = 1.0 / std::pow(theta, 2.0 * i / dim);
 
   const json s = scaling_json.empty() ? json() : json::parse(scaling_json);
   if (s.is_object()) {
@@ -211,7 +221,8 @@ ModelConfig load_config(const std::filesystem::path& dir) {
     c.norm_eps = static_cast<float>(f.num_or("rms_norm_eps", 1e-6));
     const std::string act = f.str_or("hidden_act", "silu");
     if (act != "silu" && act != "swish")
-      TANDEM_FAIL(kUnsupported, path.string(), ": hidden_act \"", act, "\" is not supported (silu)");
+      TANDEM_FAIL(kUnsupported, path.string(), ": hidden_act \"", act,
+                  "\" is not supported (silu)");
     c.qkv_bias = c.arch == Arch::kQwen2 || f.bool_or("attention_bias", false);
     c.o_bias = c.arch != Arch::kQwen2 && f.bool_or("attention_bias", false);
     c.mlp_bias = f.bool_or("mlp_bias", false);

@@ -30,19 +30,19 @@ struct ModelConfig {
   int32_t n_head_q = 0;
   int32_t n_head_kv = 0;
   int32_t head_dim = 0;
-  int32_t ffn = 0;           // intermediate size
-  int32_t max_context = 0;   // max_position_embeddings (capped by a sliding window, see below)
+  int32_t ffn = 0;          // intermediate size
+  int32_t max_context = 0;  // max_position_embeddings (capped by a sliding window, see below)
   float norm_eps = 1e-5f;
   bool tie_embeddings = false;
-  bool qkv_bias = false;     // Qwen2, attention_bias
+  bool qkv_bias = false;  // Qwen2, attention_bias
   bool o_bias = false;
   bool mlp_bias = false;
-  bool qk_norm = false;      // Qwen3
-  RopeTable rope;            // empty inv_freq for OPT (learned positions)
+  bool qk_norm = false;  // Qwen3
+  RopeTable rope;        // empty inv_freq for OPT (learned positions)
   // OPT only.
-  bool pre_norm = true;      // do_layer_norm_before
-  int32_t embed_dim = 0;     // word_embed_proj_dim (== hidden unless project_in/out exist)
-  int32_t pos_offset = 0;    // learned position table row = position + offset (2 for OPT)
+  bool pre_norm = true;    // do_layer_norm_before
+  int32_t embed_dim = 0;   // word_embed_proj_dim (== hidden unless project_in/out exist)
+  int32_t pos_offset = 0;  // learned position table row = position + offset (2 for OPT)
   // Tokens.
   int32_t bos_id = -1;
   std::vector<int32_t> eos_ids;

@@ -21,10 +21,17 @@ TensorView ModelWeights::small_f32(const TensorStore& store, const std::string& 
   float* dst = b.as<float>();
   for (int64_t i = 0; i < n; ++i) {
     switch (src.dtype) {
-      case DType::kF32: dst[i] = src.as<const float>()[i]; break;
-      case DType::kF16: dst[i] = f16_to_f32(src.as<const uint16_t>()[i]); break;
-      case DType::kBF16: dst[i] = bf16_to_f32(src.as<const uint16_t>()[i]); break;
-      default: TANDEM_CHECK(false, "dtype");
+      case DType::kF32:
+        dst[i] = src.as<const float>()[i];
+        break;
+      case DType::kF16:
+        dst[i] = f16_to_f32(src.as<const uint16_t>()[i]);
+        break;
+      case DType::kBF16:
+        dst[i] = bf16_to_f32(src.as<const uint16_t>()[i]);
+        break;
+      default:
+        TANDEM_CHECK(false, "dtype");
     }
   }
   return b.view();
@@ -44,10 +51,16 @@ std::unique_ptr<Model> Model::load(const std::filesystem::path& dir, Backend& ba
   TensorStore store = TensorStore::open(dir);
   std::unique_ptr<Model> m(new Model(dir, backend, std::move(config), std::move(store)));
   switch (m->config_.arch) {
-    case Arch::kLlama: map_llama_weights(m->config_, m->store_, m->w_); break;
+    case Arch::kLlama:
+      map_llama_weights(m->config_, m->store_, m->w_);
+      break;
     case Arch::kQwen2:
-    case Arch::kQwen3: map_qwen_weights(m->config_, m->store_, m->w_); break;
-    case Arch::kOpt: map_opt_weights(m->config_, m->store_, m->w_); break;
+    case Arch::kQwen3:
+      map_qwen_weights(m->config_, m->store_, m->w_);
+      break;
+    case Arch::kOpt:
+      map_opt_weights(m->config_, m->store_, m->w_);
+      break;
   }
   return m;
 }

@@ -17,12 +17,12 @@ namespace tandem {
 
 // Weights of one transformer block. Empty views are absent tensors (no bias, no q/k norm...).
 struct LayerWeights {
-  TensorView attn_norm, attn_norm_b;    // [hidden]; _b only for LayerNorm
-  TensorView wq, wk, wv, wo;            // [Hq*d, hidden], [Hkv*d, hidden] x2, [hidden, Hq*d]
+  TensorView attn_norm, attn_norm_b;  // [hidden]; _b only for LayerNorm
+  TensorView wq, wk, wv, wo;          // [Hq*d, hidden], [Hkv*d, hidden] x2, [hidden, Hq*d]
   TensorView bq, bk, bv, bo;
-  TensorView q_norm, k_norm;            // [head_dim] (Qwen3)
-  TensorView ffn_norm, ffn_norm_b;      // [hidden]
-  TensorView w_gate, w_up, w_down;      // gated: [ffn, hidden] x2, [hidden, ffn]; OPT: up=fc1, down=fc2
+  TensorView q_norm, k_norm;        // [head_dim] (Qwen3)
+  TensorView ffn_norm, ffn_norm_b;  // [hidden]
+  TensorView w_gate, w_up, w_down;  // gated: [ffn, hidden] x2, [hidden, ffn]; OPT: up=fc1, down=fc2
   TensorView b_gate, b_up, b_down;
 };
 
@@ -32,7 +32,7 @@ struct ModelWeights {
   TensorView project_in;   // [hidden, embed_dim] (OPT-350m)
   TensorView project_out;  // [embed_dim, hidden]
   TensorView final_norm, final_norm_b;
-  TensorView lm_head;      // [vocab, embed_dim]; == embed when tied
+  TensorView lm_head;  // [vocab, embed_dim]; == embed when tied
   std::vector<LayerWeights> layers;
   std::vector<Buffer> owned;  // small tensors converted to f32 (norms, biases)
 
@@ -93,7 +93,7 @@ class Model {
 
 // Architecture files: map checkpoint tensor names onto ModelWeights.
 void map_llama_weights(const ModelConfig& c, const TensorStore& s, ModelWeights& w);  // + mistral
-void map_qwen_weights(const ModelConfig& c, const TensorStore& s, ModelWeights& w);   // qwen2, qwen3
+void map_qwen_weights(const ModelConfig& c, const TensorStore& s, ModelWeights& w);  // qwen2, qwen3
 void map_opt_weights(const ModelConfig& c, const TensorStore& s, ModelWeights& w);
 
 }  // namespace tandem

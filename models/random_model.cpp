@@ -21,8 +21,11 @@ struct Shape {
 };
 
 Shape shape_of(const std::string& name) {
-  const json llama3 = {{"rope_type", "llama3"}, {"factor", 32.0}, {"low_freq_factor", 1.0},
-                       {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 8192}};
+  const json llama3 = {{"rope_type", "llama3"},
+                       {"factor", 32.0},
+                       {"low_freq_factor", 1.0},
+                       {"high_freq_factor", 4.0},
+                       {"original_max_position_embeddings", 8192}};
   if (name == "llama-3.2-1b") return {2048, 16, 32, 8, 8192, 128256, 131072, true, llama3, 500000};
   if (name == "llama-3-8b") return {4096, 32, 32, 8, 14336, 128256, 8192, false, json(), 500000};
   if (name == "tiny") return {128, 2, 4, 2, 256, 512, 4096, true, json(), 10000};
@@ -32,10 +35,14 @@ Shape shape_of(const std::string& name) {
 
 const char* st_dtype(DType t) {
   switch (t) {
-    case DType::kF32: return "F32";
-    case DType::kF16: return "F16";
-    case DType::kBF16: return "BF16";
-    default: TANDEM_FAIL(kInvalidArgument, "dtype ", dtype_name(t), " cannot be written");
+    case DType::kF32:
+      return "F32";
+    case DType::kF16:
+      return "F16";
+    case DType::kBF16:
+      return "BF16";
+    default:
+      TANDEM_FAIL(kInvalidArgument, "dtype ", dtype_name(t), " cannot be written");
   }
 }
 
@@ -51,7 +58,8 @@ void write_safetensors(const std::filesystem::path& path, DType dtype,
     int64_t n = 1;
     for (int64_t d : t.shape) n *= d;
     const uint64_t bytes = static_cast<uint64_t>(n * dtype_size(dtype));
-    header[t.name] = {{"dtype", st_dtype(dtype)}, {"shape", t.shape}, {"data_offsets", {offset, offset + bytes}}};
+    header[t.name] = {
+        {"dtype", st_dtype(dtype)}, {"shape", t.shape}, {"data_offsets", {offset, offset + bytes}}};
     offset += bytes;
   }
   std::string h = header.dump();
@@ -66,12 +74,14 @@ void write_safetensors(const std::filesystem::path& path, DType dtype,
   for (size_t i = 0; i < tensors.size(); ++i) {
     fill(i, vals);
     if (dtype == DType::kF32) {
-      out.write(reinterpret_cast<const char*>(vals.data()), static_cast<std::streamsize>(vals.size() * 4));
+      out.write(reinterpret_cast<const char*>(vals.data()),
+                static_cast<std::streamsize>(vals.size() * 4));
     } else {
       half.resize(vals.size());
       for (size_t j = 0; j < vals.size(); ++j)
         half[j] = dtype == DType::kBF16 ? f32_to_bf16(vals[j]) : f32_to_f16(vals[j]);
-      out.write(reinterpret_cast<const char*>(half.data()), static_cast<std::streamsize>(half.size() * 2));
+      out.write(reinterpret_cast<const char*>(half.data()),
+                static_cast<std::streamsize>(half.size() * 2));
     }
   }
   if (!out) TANDEM_FAIL(kIo, path.string(), ": write failed (disk full?)");
@@ -82,17 +92,28 @@ void make_random_model(const std::string& name, DType dtype, const std::filesyst
   const Shape s = shape_of(name);
   std::filesystem::create_directories(out);
   const int64_t hd = s.hidden / s.heads;
-  json cfg = {{"architectures", {"LlamaForCausalLM"}}, {"model_type", "llama"},
-              {"hidden_size", s.hidden}, {"num_hidden_layers", s.layers},
-              {"num_attention_heads", s.heads}, {"num_key_value_heads", s.kv_heads},
-              {"intermediate_size", s.ffn}, {"vocab_size", s.vocab},
-              {"max_position_embeddings", s.max_pos}, {"rms_norm_eps", 1e-5},
-              {"rope_theta", s.theta}, {"rope_scaling", s.rope_scaling},
-              {"tie_word_embeddings", s.tied}, {"hidden_act", "silu"},
-              {"bos_token_id", 1}, {"eos_token_id", 2},
-              {"torch_dtype", dtype == DType::kF32 ? "float32" : dtype == DType::kBF16 ? "bfloat16" : "float16"}};
+  json cfg = {{"architectures", {"LlamaForCausalLM"}},
+              {"model_type", "llama"},
+              {"hidden_size", s.hidden},
+              {"num_hidden_layers", s.layers},
+              {"num_attention_heads", s.heads},
+              {"num_key_value_heads", s.kv_heads},
+              {"intermediate_size", s.ffn},
+              {"vocab_size", s.vocab},
+              {"max_position_embeddings", s.max_pos},
+              {"rms_norm_eps", 1e-5},
+              {"rope_theta", s.theta},
+              {"rope_scaling", s.rope_scaling},
+              {"tie_word_embeddings", s.tied},
+              {"hidden_act", "silu"},
+              {"bos_token_id", 1},
+              {"eos_token_id", 2},
+              {"torch_dtype", dtype == DType::kF32    ? "float32"
+                              : dtype == DType::kBF16 ? "bfloat16"
+                                                      : "float16"}};
   std::ofstream(out / "config.json") << cfg.dump(2) << "\n";
-  std::ofstream(out / "generation_config.json") << json{{"bos_token_id", 1}, {"eos_token_id", 2}}.dump(2) << "\n";
+  std::ofstream(out / "generation_config.json")
+      << json{{"bos_token_id", 1}, {"eos_token_id", 2}}.dump(2) << "\n";
 
   std::vector<TensorSpec> t;
   t.push_back({"model.embed_tokens.weight", {s.vocab, s.hidden}});

@@ -20,10 +20,14 @@ namespace {
 using json = nlohmann::json;
 
 bool parse_dtype(const std::string& s, DType* out) {
-  if (s == "F32") *out = DType::kF32;
-  else if (s == "F16") *out = DType::kF16;
-  else if (s == "BF16") *out = DType::kBF16;
-  else return false;
+  if (s == "F32")
+    *out = DType::kF32;
+  else if (s == "F16")
+    *out = DType::kF16;
+  else if (s == "BF16")
+    *out = DType::kBF16;
+  else
+    return false;
   return true;
 }
 
@@ -110,8 +114,8 @@ void TensorStore::add_file(const std::filesystem::path& path) {
       TANDEM_FAIL(kInvalidArgument, name, ": bad data_offsets for tensor \"", it.key(), "\"");
     const uint64_t begin = off[0].get<uint64_t>(), end = off[1].get<uint64_t>();
     if (begin > end || end > data_size)
-      TANDEM_FAIL(kInvalidArgument, name, ": truncated: tensor \"", it.key(), "\" needs bytes up to ",
-                  end, " but the file has ", data_size, " bytes of data");
+      TANDEM_FAIL(kInvalidArgument, name, ": truncated: tensor \"", it.key(),
+                  "\" needs bytes up to ", end, " but the file has ", data_size, " bytes of data");
     if (e.dtype_ok && static_cast<uint64_t>(numel * dtype_size(e.dtype)) != end - begin)
       TANDEM_FAIL(kInvalidArgument, name, ": tensor \"", it.key(), "\" has ", end - begin,
                   " bytes for shape ", shape_str(e.shape), " of ", e.dtype_name);
@@ -151,8 +155,8 @@ TensorStore TensorStore::open(const std::filesystem::path& dir) {
     }
     for (auto it = j["weight_map"].begin(); it != j["weight_map"].end(); ++it)
       if (!s.tensors_.count(it.key()))
-        TANDEM_FAIL(kInvalidArgument, (dir / it.value().get<std::string>()).string(),
-                    ": tensor \"", it.key(), "\" listed in the index is not in the shard");
+        TANDEM_FAIL(kInvalidArgument, (dir / it.value().get<std::string>()).string(), ": tensor \"",
+                    it.key(), "\" listed in the index is not in the shard");
   } else {
     std::vector<std::filesystem::path> files;
     if (std::filesystem::is_directory(dir))
@@ -183,7 +187,10 @@ bool TensorStore::has(const std::string& name) const { return find(name) != null
 TensorView TensorStore::get(const std::string& name, std::initializer_list<int64_t> shape) const {
   const TensorEntry* e = find(name);
   if (e == nullptr)
-    TANDEM_FAIL(kInvalidArgument, (dir_ / (files_.size() == 1 ? std::filesystem::path(files_[0]->path()).filename() : "model.safetensors.index.json")).string(),
+    TANDEM_FAIL(kInvalidArgument,
+                (dir_ / (files_.size() == 1 ? std::filesystem::path(files_[0]->path()).filename()
+                                            : "model.safetensors.index.json"))
+                    .string(),
                 ": missing tensor \"", name, "\"");
   const std::vector<int64_t> want(shape);
   if (!e->dtype_ok)

@@ -31,8 +31,8 @@ class MappedFile {
 };
 
 struct TensorEntry {
-  std::string dtype_name;       // as written in the header ("F32", "BF16", ...)
-  bool dtype_ok = false;        // F32, F16 or BF16
+  std::string dtype_name;  // as written in the header ("F32", "BF16", ...)
+  bool dtype_ok = false;   // F32, F16 or BF16
   DType dtype = DType::kF32;
   std::vector<int64_t> shape;
   const void* data = nullptr;

@@ -60,18 +60,21 @@ int cmd_perplexity(const std::vector<std::string>& args) {
                    false, false, true};
     TensorView logits = model->forward(std::span<const StepSequence>(&s, 1));
     for (int32_t i = prefill; i < ctx; ++i) {
-      log_softmax(std::span<const float>(logits.as<const float>(), static_cast<size_t>(c.vocab_size)), lp);
+      log_softmax(
+          std::span<const float>(logits.as<const float>(), static_cast<size_t>(c.vocab_size)), lp);
       nll -= lp[static_cast<size_t>(seg[static_cast<size_t>(i)])];
       ++count;
       if (i + 1 == ctx) break;
-      s = StepSequence{kv.get(), std::span<const int32_t>(&seg[static_cast<size_t>(i)], 1), false, true, false};
+      s = StepSequence{kv.get(), std::span<const int32_t>(&seg[static_cast<size_t>(i)], 1), false,
+                       true, false};
       logits = model->forward(std::span<const StepSequence>(&s, 1));
     }
     const HostStats st = KvStore::stats_of(*kv);
     host.host_entries += st.host_entries;
     host.attended += st.attended;
   }
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const double mean = nll / static_cast<double>(count);
   const nlohmann::json j = {
       {"tokens", count},
@@ -85,8 +88,9 @@ int cmd_perplexity(const std::vector<std::string>& args) {
       {"ctx", ctx},
       {"prefill", prefill},
       {"segments", segments},
-      {"host_fraction_attended",
-       host.host_entries > 0 ? static_cast<double>(host.attended) / static_cast<double>(host.host_entries) : 0.0},
+      {"host_fraction_attended", host.host_entries > 0 ? static_cast<double>(host.attended) /
+                                                             static_cast<double>(host.host_entries)
+                                                       : 0.0},
       {"seconds", seconds}};
   std::printf("%s\n", j.dump().c_str());
   return 0;

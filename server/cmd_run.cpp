@@ -5,16 +5,17 @@
 
 #include "engine/generate.h"
 #include "engine/tokenizer.h"
-#include "server/commands.h"
-#include "server/cli.h"
-#include "server/kv_flags.h"
 #include "kvstore/kv_store.h"
+#include "server/cli.h"
+#include "server/commands.h"
+#include "server/kv_flags.h"
 
 namespace tandem {
 
 int cmd_run(const std::vector<std::string>& args) {
-  std::set<std::string> values = {"model", "prompt", "max-tokens", "temperature", "top-p", "top-k",
-                                  "min-p", "repetition-penalty", "seed", "threads", "ctx"};
+  std::set<std::string> values = {"model", "prompt",  "max-tokens", "temperature",
+                                  "top-p", "top-k",   "min-p",      "repetition-penalty",
+                                  "seed",  "threads", "ctx"};
   values.insert(kv_value_flags().begin(), kv_value_flags().end());
   std::set<std::string> bools = {"no-bos", "ignore-eos"};
   bools.insert(kv_bool_flags().begin(), kv_bool_flags().end());
@@ -30,11 +31,13 @@ int cmd_run(const std::vector<std::string>& args) {
   GenerateOptions opt;
   opt.max_tokens = static_cast<int32_t>(f.integer("max-tokens", 128, 1, 1 << 24));
   SamplingParams& sp = opt.sampling;
-  sp.temperature = static_cast<float>(f.number("temperature", c.gen.do_sample ? c.gen.temperature : 0.8, 0, 100));
+  sp.temperature = static_cast<float>(
+      f.number("temperature", c.gen.do_sample ? c.gen.temperature : 0.8, 0, 100));
   sp.top_p = static_cast<float>(f.number("top-p", c.gen.top_p, 0, 1));
   sp.top_k = static_cast<int32_t>(f.integer("top-k", c.gen.top_k, 0, 1 << 24));
   sp.min_p = static_cast<float>(f.number("min-p", 0, 0, 1));
-  sp.repetition_penalty = static_cast<float>(f.number("repetition-penalty", c.gen.repetition_penalty, 0.01, 100));
+  sp.repetition_penalty =
+      static_cast<float>(f.number("repetition-penalty", c.gen.repetition_penalty, 0.01, 100));
   if (f.has("seed")) sp.seed = static_cast<uint64_t>(f.integer("seed", 0, 0, INT64_MAX));
   opt.seed = std::random_device{}();
   if (!f.flag("ignore-eos")) {
@@ -56,7 +59,8 @@ int cmd_run(const std::vector<std::string>& args) {
   std::cout << dec.flush() << std::endl;
   std::fprintf(stderr, "prompt: %d tokens, %.1f tokens/s | decode: %d tokens, %.1f tokens/s\n",
                st.prompt_tokens, st.prompt_tokens / std::max(st.prefill_seconds, 1e-9),
-               st.generated, st.generated > 1 ? (st.generated - 1) / std::max(st.decode_seconds, 1e-9) : 0.0);
+               st.generated,
+               st.generated > 1 ? (st.generated - 1) / std::max(st.decode_seconds, 1e-9) : 0.0);
   return 0;
 }
 

@@ -45,10 +45,12 @@ int cmd_bench_decode(const std::vector<std::string>& args) {
   auto backend = make_cpu_backend();
   auto model = Model::load(f.required("model"), *backend);
   const ModelConfig& c = model->config();
-  const int32_t prompt_len = static_cast<int32_t>(f.integer("prompt-len", 128, 1, c.max_context - 1));
+  const int32_t prompt_len =
+      static_cast<int32_t>(f.integer("prompt-len", 128, 1, c.max_context - 1));
   const int32_t gen = static_cast<int32_t>(f.integer("gen", 32, 1, c.max_context - prompt_len));
   const double bw = measure_read_bandwidth_gbs(
-      static_cast<size_t>(f.integer("bw-bytes", 1 << 30, 1 << 20, int64_t{1} << 36)), limit.threads());
+      static_cast<size_t>(f.integer("bw-bytes", 1 << 30, 1 << 20, int64_t{1} << 36)),
+      limit.threads());
   const double step_bytes = static_cast<double>(model->matmul_weight_bytes());
 
   for (int64_t batch : parse_list(f.str("batch", "1,8"))) {
@@ -73,29 +75,29 @@ int cmd_bench_decode(const std::vector<std::string>& args) {
     // Decode: gen steps of one token per sequence (token ids fixed: speed does not depend on them).
     std::vector<int32_t> next(static_cast<size_t>(batch), 1);
     for (int64_t b = 0; b < batch; ++b)
-      step[static_cast<size_t>(b)].tokens = std::span<const int32_t>(&next[static_cast<size_t>(b)], 1);
+      step[static_cast<size_t>(b)].tokens =
+          std::span<const int32_t>(&next[static_cast<size_t>(b)], 1);
     model->forward(step);  // warm-up step, not timed
     const auto t1 = Clock::now();
     for (int32_t g = 1; g < gen; ++g) model->forward(step);
     const double decode_s = std::chrono::duration<double>(Clock::now() - t1).count();
     const double steps = gen - 1;
     const double ms_step = decode_s / std::max(steps, 1.0) * 1e3;
-    const nlohmann::json j = {
-        {"model", model->dir().filename().string()},
-        {"weights_dtype", std::string(dtype_name(model->weight_dtype()))},
-        {"params", c.n_params()},
-        {"threads", limit.threads()},
-        {"batch", batch},
-        {"prompt_len", prompt_len},
-        {"prefill_tokens_per_s", batch * prompt_len / prefill_s},
-        {"decode_steps", steps},
-        {"decode_tokens_per_s", batch * steps / decode_s},
-        {"ms_per_step", ms_step},
-        {"weight_bytes_per_step", step_bytes},
-        {"weight_bytes_per_token", step_bytes / static_cast<double>(batch)},
-        {"weight_read_gbs", step_bytes / (ms_step * 1e-3) / 1e9},
-        {"measured_read_bw_gbs", bw},
-        {"fraction_of_bw", step_bytes / (ms_step * 1e-3) / 1e9 / bw}};
+    const nlohmann::json j = {{"model", model->dir().filename().string()},
+                              {"weights_dtype", std::string(dtype_name(model->weight_dtype()))},
+                              {"params", c.n_params()},
+                              {"threads", limit.threads()},
+                              {"batch", batch},
+                              {"prompt_len", prompt_len},
+                              {"prefill_tokens_per_s", batch * prompt_len / prefill_s},
+                              {"decode_steps", steps},
+                              {"decode_tokens_per_s", batch * steps / decode_s},
+                              {"ms_per_step", ms_step},
+                              {"weight_bytes_per_step", step_bytes},
+                              {"weight_bytes_per_token", step_bytes / static_cast<double>(batch)},
+                              {"weight_read_gbs", step_bytes / (ms_step * 1e-3) / 1e9},
+                              {"measured_read_bw_gbs", bw},
+                              {"fraction_of_bw", step_bytes / (ms_step * 1e-3) / 1e9 / bw}};
     std::printf("%s\n", j.dump().c_str());
     std::fflush(stdout);
   }

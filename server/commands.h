@@ -22,6 +22,7 @@ class ThreadLimit {
 };
 
 int cmd_run(const std::vector<std::string>& args);
+int cmd_serve(const std::vector<std::string>& args);
 int cmd_bench_decode(const std::vector<std::string>& args);
 int cmd_make_model(const std::vector<std::string>& args);
 int cmd_perplexity(const std::vector<std::string>& args);

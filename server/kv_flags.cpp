@@ -6,9 +6,9 @@
 namespace tandem {
 
 const std::set<std::string>& kv_value_flags() {
-  static const std::set<std::string> s = {"sinks", "window", "block", "sparse", "hgca-beta",
-                                          "topk-blocks", "cpu-attn", "cpu-threads", "device",
-                                          "maw-alpha"};
+  static const std::set<std::string> s = {"sinks",     "window",      "block",    "sparse",
+                                          "hgca-beta", "topk-blocks", "cpu-attn", "cpu-threads",
+                                          "device",    "maw-alpha"};
   return s;
 }
 
@@ -24,17 +24,25 @@ KvConfig parse_kv_flags(const Flags& f) {
   c.window = static_cast<int32_t>(f.integer("window", c.window, 0, 1 << 24));
   c.block = static_cast<int32_t>(f.integer("block", c.block, 1, 4096));
   const std::string sparse = f.str("sparse", "hgca");
-  if (sparse == "full") c.sparse = SparsePolicy::kFull;
-  else if (sparse == "hgca") c.sparse = SparsePolicy::kHgca;
-  else if (sparse == "topk") c.sparse = SparsePolicy::kTopk;
-  else TANDEM_FAIL(kInvalidArgument, "--sparse must be full, hgca or topk, got \"", sparse, "\"");
+  if (sparse == "full")
+    c.sparse = SparsePolicy::kFull;
+  else if (sparse == "hgca")
+    c.sparse = SparsePolicy::kHgca;
+  else if (sparse == "topk")
+    c.sparse = SparsePolicy::kTopk;
+  else
+    TANDEM_FAIL(kInvalidArgument, "--sparse must be full, hgca or topk, got \"", sparse, "\"");
   c.hgca_beta = static_cast<float>(f.number("hgca-beta", c.hgca_beta, 1e-6, 1e6));
   c.topk_blocks = static_cast<int32_t>(f.integer("topk-blocks", c.topk_blocks, 0, 1 << 24));
   const std::string mode = f.str("cpu-attn", "ahead");
-  if (mode == "parallel") c.cpu_attn = CpuAttnMode::kParallel;
-  else if (mode == "ahead") c.cpu_attn = CpuAttnMode::kAhead;
-  else if (mode == "ahead-oracle") c.cpu_attn = CpuAttnMode::kAheadOracle;
-  else TANDEM_FAIL(kInvalidArgument, "--cpu-attn must be parallel or ahead, got \"", mode, "\"");
+  if (mode == "parallel")
+    c.cpu_attn = CpuAttnMode::kParallel;
+  else if (mode == "ahead")
+    c.cpu_attn = CpuAttnMode::kAhead;
+  else if (mode == "ahead-oracle")
+    c.cpu_attn = CpuAttnMode::kAheadOracle;
+  else
+    TANDEM_FAIL(kInvalidArgument, "--cpu-attn must be parallel or ahead, got \"", mode, "\"");
   c.cpu_threads = static_cast<int32_t>(f.integer("cpu-threads", 0, 0, 4096));
   c.maw_alpha = static_cast<float>(f.number("maw-alpha", c.maw_alpha, 1e-6, 1.0));
   const std::string device = f.str("device", "cpu");

@@ -13,9 +13,14 @@ using tandem::test::rel_error;
 
 namespace {
 
-const char* kFixtures[] = {"tinystories-656k",  "llama-tiny", "llama-tiny-f16-tied",
-                           "mistral-tiny-bf16-sharded", "qwen2-tiny", "qwen3-tiny",
-                           "opt-tiny",          "opt-tiny-postln"};
+const char* kFixtures[] = {"tinystories-656k",
+                           "llama-tiny",
+                           "llama-tiny-f16-tied",
+                           "mistral-tiny-bf16-sharded",
+                           "qwen2-tiny",
+                           "qwen3-tiny",
+                           "opt-tiny",
+                           "opt-tiny-postln"};
 
 constexpr double kTol = 1e-4;  // f32 forward against a float64 reference
 
@@ -35,14 +40,16 @@ TEST_CASE("prefill and 16 decode steps match the PyTorch reference", "[model][pa
       REQUIRE(logits.dim(0) == p);
       double worst = 0;
       for (int64_t r = 0; r < p; ++r)
-        worst = std::max(worst, rel_error(logits.as<float>() + r * ref.vocab, ref.row(r), ref.vocab));
+        worst =
+            std::max(worst, rel_error(logits.as<float>() + r * ref.vocab, ref.row(r), ref.vocab));
       INFO("prefill worst relative error " << worst);
       CHECK(worst < kTol);
       worst = 0;
       for (size_t j = 0; j < ref.decode.size(); ++j) {
         const StepSequence d{kv.get(), std::span<const int32_t>(&ref.decode[j], 1), false};
         logits = model->forward(std::span<const StepSequence>(&d, 1));
-        worst = std::max(worst, rel_error(logits.as<float>(), ref.row(p + static_cast<int64_t>(j)), ref.vocab));
+        worst = std::max(
+            worst, rel_error(logits.as<float>(), ref.row(p + static_cast<int64_t>(j)), ref.vocab));
       }
       INFO("decode worst relative error " << worst);
       CHECK(worst < kTol);
@@ -69,8 +76,9 @@ TEST_CASE("chunked prefill and batching leave logits unchanged", "[model]") {
       std::vector<int32_t> other(all.rbegin(), all.rend());
       for (size_t at = 0; at < all.size(); at += 5) {
         const size_t n = std::min<size_t>(5, all.size() - at);
-        const StepSequence step[2] = {{kv_other.get(), std::span<const int32_t>(other).subspan(at, n), false},
-                                      {kv_b.get(), std::span<const int32_t>(all).subspan(at, n), true}};
+        const StepSequence step[2] = {
+            {kv_other.get(), std::span<const int32_t>(other).subspan(at, n), false},
+            {kv_b.get(), std::span<const int32_t>(all).subspan(at, n), true}};
         const TensorView lb = model->forward(step);
         REQUIRE(lb.dim(0) == static_cast<int64_t>(1 + n));
         for (size_t i = 0; i < n; ++i)

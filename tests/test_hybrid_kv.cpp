@@ -31,7 +31,8 @@ std::vector<std::vector<float>> run_sequence(Model& model, const KvConfig& cfg,
     const StepSequence s{kv.get(), std::span<const int32_t>(prompt).subspan(at, n), true, false,
                          at + n == prompt.size()};
     const TensorView l = model.forward(std::span<const StepSequence>(&s, 1));
-    for (int64_t r = 0; r < l.dim(0); ++r) rows.emplace_back(l.as<float>() + r * v, l.as<float>() + (r + 1) * v);
+    for (int64_t r = 0; r < l.dim(0); ++r)
+      rows.emplace_back(l.as<float>() + r * v, l.as<float>() + (r + 1) * v);
   }
   for (const int32_t& t : decode) {
     const StepSequence s{kv.get(), std::span<const int32_t>(&t, 1), false, true, false};
@@ -63,7 +64,8 @@ KvConfig hybrid(int32_t window, SparsePolicy p, CpuAttnMode m) {
 }
 
 const char* kModels[] = {"tinystories-656k", "llama-tiny", "mistral-tiny-bf16-sharded",
-                         "qwen2-tiny", "qwen3-tiny", "opt-tiny", "opt-tiny-postln"};
+                         "qwen2-tiny",       "qwen3-tiny", "opt-tiny",
+                         "opt-tiny-postln"};
 
 }  // namespace
 
@@ -79,8 +81,9 @@ TEST_CASE("sparse=full equals dense for every window split", "[hybrid][exact]") 
     for (int32_t window : {0, 4, 6, 64}) {
       DYNAMIC_SECTION(name << " window " << window) {
         HostStats st;
-        const auto got = run_sequence(*model, hybrid(window, SparsePolicy::kFull, CpuAttnMode::kParallel),
-                                      ref.prompt, ref.decode, 5, &st);
+        const auto got =
+            run_sequence(*model, hybrid(window, SparsePolicy::kFull, CpuAttnMode::kParallel),
+                         ref.prompt, ref.decode, 5, &st);
         CHECK(worst(got, want) < 1e-5);
         if (window < 28) CHECK(st.attended == st.host_entries);  // full: every host entry
         if (window < 28) CHECK(st.host_entries > 0);
@@ -96,13 +99,17 @@ TEST_CASE("ahead mode equals parallel when fed the true query", "[hybrid][ahead]
     auto model = Model::load(ref.model, *backend);
     for (SparsePolicy p : {SparsePolicy::kFull, SparsePolicy::kHgca, SparsePolicy::kTopk}) {
       DYNAMIC_SECTION(name << " " << policy_name(p)) {
-        const auto par = run_sequence(*model, hybrid(8, p, CpuAttnMode::kParallel), ref.prompt, ref.decode, 12);
-        const auto oracle = run_sequence(*model, hybrid(8, p, CpuAttnMode::kAheadOracle), ref.prompt, ref.decode, 12);
+        const auto par =
+            run_sequence(*model, hybrid(8, p, CpuAttnMode::kParallel), ref.prompt, ref.decode, 12);
+        const auto oracle = run_sequence(*model, hybrid(8, p, CpuAttnMode::kAheadOracle),
+                                         ref.prompt, ref.decode, 12);
         CHECK(worst(oracle, par) == 0.0);
-        const auto ahead = run_sequence(*model, hybrid(8, p, CpuAttnMode::kAhead), ref.prompt, ref.decode, 12);
+        const auto ahead =
+            run_sequence(*model, hybrid(8, p, CpuAttnMode::kAhead), ref.prompt, ref.decode, 12);
         const double diff = worst(ahead, par);
         // The predicted query differs from the true one: report how much the logits move.
-        WARN(name << " " << policy_name(p) << ": ahead (predicted q) vs parallel, worst relative logit difference " << diff);
+        WARN(name << " " << policy_name(p)
+                  << ": ahead (predicted q) vs parallel, worst relative logit difference " << diff);
         CHECK(std::isfinite(diff));
       }
     }
@@ -146,9 +153,11 @@ TEST_CASE("block accounting under random appends and frees", "[hybrid][pool]") {
         s.begin_step(true, false);
         for (int32_t l = 0; l < 2; ++l)
           s.attend(*backend, l, TensorView(q.data(), DType::kF32, {1, 4, 16}),
-                   TensorView(k.data(), DType::kF32, {1, 2, 16}), TensorView(v.data(), DType::kF32, {1, 2, 16}),
+                   TensorView(k.data(), DType::kF32, {1, 2, 16}),
+                   TensorView(v.data(), DType::kF32, {1, 2, 16}),
                    TensorView(&pos, DType::kI32, {1}),
-                   AttnPartial{TensorView(o.data(), DType::kF32, {1, 4, 16}), TensorView(lse.data(), DType::kF32, {1, 4})});
+                   AttnPartial{TensorView(o.data(), DType::kF32, {1, 4, 16}),
+                               TensorView(lse.data(), DType::kF32, {1, 4})});
         s.advance(1);
       }
       int64_t dev = 0, host = 0;
@@ -157,7 +166,9 @@ TEST_CASE("block accounting under random appends and frees", "[hybrid][pool]") {
         dev += h->device_blocks();
         host += h->host_blocks();
         CHECK(h->device_blocks() == HybridKv::device_blocks_for(cfg, 2, s->length()));
-        const int64_t host_tokens = std::max<int64_t>(0, s->length() - (window ? 2 : 0)) - (window ? std::min<int64_t>(window, std::max<int64_t>(0, s->length() - 2)) : 0);
+        const int64_t host_tokens =
+            std::max<int64_t>(0, s->length() - (window ? 2 : 0)) -
+            (window ? std::min<int64_t>(window, std::max<int64_t>(0, s->length() - 2)) : 0);
         CHECK(h->host_blocks() >= 2 * ((host_tokens + 3) / 4));
       }
       REQUIRE(store.device_blocks_used() == dev);
@@ -210,7 +221,8 @@ TEST_CASE("MAW step, thresholds, Quest bound and top-k", "[hybrid][selection]") 
     for (int32_t r = 0; r < rows; ++r) {
       float s = 0;
       for (int32_t h = 0; h < G; ++h)
-        for (int32_t c = 0; c < d; ++c) s += q[static_cast<size_t>(h * d + c)] * keys[static_cast<size_t>(r * d + c)];
+        for (int32_t c = 0; c < d; ++c)
+          s += q[static_cast<size_t>(h * d + c)] * keys[static_cast<size_t>(r * d + c)];
       best = std::max(best, s);
     }
     REQUIRE(quest_bound(q.data(), G, d, kmin.data(), kmax.data()) >= best - 1e-4f);

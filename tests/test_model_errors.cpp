@@ -23,7 +23,8 @@ struct ScratchModel {
     static std::mt19937_64 rng(std::random_device{}());
     dir = fs::temp_directory_path() / ("tandem-bad-model-" + std::to_string(rng()));
     fs::create_directories(dir);
-    for (const auto& e : fs::directory_iterator(tandem::test::repo_path("tests/fixtures/models/" + fixture)))
+    for (const auto& e :
+         fs::directory_iterator(tandem::test::repo_path("tests/fixtures/models/" + fixture)))
       fs::copy_file(e.path(), dir / e.path().filename());
   }
   ~ScratchModel() { fs::remove_all(dir); }
@@ -74,15 +75,16 @@ TEST_CASE("missing files are named", "[model][errors]") {
 TEST_CASE("a missing shard is named", "[model][errors]") {
   ScratchModel m("mistral-tiny-bf16-sharded");
   fs::remove(m.dir / "model-00002-of-00002.safetensors");
-  CHECK_THAT(load_error(m.dir), Catch::Contains("model-00002-of-00002.safetensors") &&
-                                    Catch::Contains("not found"));
+  CHECK_THAT(load_error(m.dir),
+             Catch::Contains("model-00002-of-00002.safetensors") && Catch::Contains("not found"));
 }
 
 TEST_CASE("unknown model_type and malformed config", "[model][errors]") {
   ScratchModel m("llama-tiny");
   m.replace("config.json", "\"llama\"", "\"gpt_neox\"");
   std::string e = load_error(m.dir);
-  CHECK_THAT(e, Catch::Contains("config.json") && Catch::Contains("unknown model_type \"gpt_neox\""));
+  CHECK_THAT(e,
+             Catch::Contains("config.json") && Catch::Contains("unknown model_type \"gpt_neox\""));
   check_one_line(e);
   m.write("config.json", "{\"model_type\": \"llama\", ");
   CHECK_THAT(load_error(m.dir), Catch::Contains("config.json") && Catch::Contains("invalid JSON"));

@@ -70,12 +70,12 @@ TEST_CASE("top-k, top-p and min-p cut the tail", "[sampler]") {
 }
 
 TEST_CASE("top-p over a large vocabulary widens past the first prefix", "[sampler]") {
-  std::vector<float> l(5000, 0.0f);  // uniform: top_p 0.5 needs 2500 tokens
+  std::vector<float> l(2000, 0.0f);  // uniform: top_p 0.5 needs 1000 tokens
   SamplingParams p;
   p.top_p = 0.5f;
-  const auto f = draw(p, l, 20000);
-  CHECK(f.size() > 1000);
-  CHECK(f.rbegin()->first < 2501);  // ties sorted by id: only the first half survive
+  const auto f = draw(p, l, 3000);
+  CHECK(f.size() > 600);
+  CHECK(f.rbegin()->first < 1001);  // ties sorted by id: only the first half survive
 }
 
 TEST_CASE("penalties", "[sampler]") {

@@ -13,7 +13,8 @@ class CpuBackend final : public Backend {
   void matmul(const TensorView& x, const TensorView& w, const TensorView& bias,
               const TensorView& y) override;
   void embedding(const TensorView& ids, const TensorView& table, const TensorView& out) override;
-  void rms_norm(const TensorView& x, const TensorView& w, float eps, const TensorView& out) override;
+  void rms_norm(const TensorView& x, const TensorView& w, float eps,
+                const TensorView& out) override;
   void layer_norm(const TensorView& x, const TensorView& w, const TensorView& b, float eps,
                   const TensorView& out) override;
   void rope(const TensorView& x, const TensorView& pos, const RopeTable& rope) override;

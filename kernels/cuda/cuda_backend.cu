@@ -5,22 +5,22 @@
 
 #include "kernels/cuda/cuda_backend.h"
 
-#define TANDEM_CUDA_CHECK(call)                                                            \
-  do {                                                                                     \
-    const cudaError_t err_ = (call);                                                       \
-    if (err_ != cudaSuccess)                                                               \
-      ::tandem::throw_error(::tandem::ErrorKind::kInternal,                                \
+#define TANDEM_CUDA_CHECK(call)                                                             \
+  do {                                                                                      \
+    const cudaError_t err_ = (call);                                                        \
+    if (err_ != cudaSuccess)                                                                \
+      ::tandem::throw_error(::tandem::ErrorKind::kInternal,                                 \
                             ::tandem::cat(#call, ": ", cudaGetErrorString(err_)), __FILE__, \
-                            __LINE__);                                                     \
+                            __LINE__);                                                      \
   } while (0)
 
-#define TANDEM_CUBLAS_CHECK(call)                                                          \
-  do {                                                                                     \
-    const cublasStatus_t st_ = (call);                                                     \
-    if (st_ != CUBLAS_STATUS_SUCCESS)                                                      \
-      ::tandem::throw_error(::tandem::ErrorKind::kInternal,                                \
+#define TANDEM_CUBLAS_CHECK(call)                                                            \
+  do {                                                                                       \
+    const cublasStatus_t st_ = (call);                                                       \
+    if (st_ != CUBLAS_STATUS_SUCCESS)                                                        \
+      ::tandem::throw_error(::tandem::ErrorKind::kInternal,                                  \
                             ::tandem::cat(#call, ": cuBLAS status ", static_cast<int>(st_)), \
-                            __FILE__, __LINE__);                                           \
+                            __FILE__, __LINE__);                                             \
   } while (0)
 
 namespace tandem {
@@ -40,16 +40,30 @@ class CudaBackend final : public Backend {
   }
   std::string_view name() const override { return "cuda"; }
 
-  void matmul(const TensorView&, const TensorView&, const TensorView&, const TensorView&) override { missing("matmul"); }
-  void embedding(const TensorView&, const TensorView&, const TensorView&) override { missing("embedding"); }
-  void rms_norm(const TensorView&, const TensorView&, float, const TensorView&) override { missing("rms_norm"); }
-  void layer_norm(const TensorView&, const TensorView&, const TensorView&, float, const TensorView&) override { missing("layer_norm"); }
+  void matmul(const TensorView&, const TensorView&, const TensorView&, const TensorView&) override {
+    missing("matmul");
+  }
+  void embedding(const TensorView&, const TensorView&, const TensorView&) override {
+    missing("embedding");
+  }
+  void rms_norm(const TensorView&, const TensorView&, float, const TensorView&) override {
+    missing("rms_norm");
+  }
+  void layer_norm(const TensorView&, const TensorView&, const TensorView&, float,
+                  const TensorView&) override {
+    missing("layer_norm");
+  }
   void rope(const TensorView&, const TensorView&, const RopeTable&) override { missing("rope"); }
-  void silu_mul(const TensorView&, const TensorView&, const TensorView&) override { missing("silu_mul"); }
+  void silu_mul(const TensorView&, const TensorView&, const TensorView&) override {
+    missing("silu_mul");
+  }
   void relu(const TensorView&) override { missing("relu"); }
   void add(const TensorView&, const TensorView&, const TensorView&) override { missing("add"); }
   void softmax(const TensorView&) override { missing("softmax"); }
-  void attention(const TensorView&, const TensorView&, const TensorView&, const TensorView&, int64_t, float, const AttnPartial&) override { missing("attention"); }
+  void attention(const TensorView&, const TensorView&, const TensorView&, const TensorView&,
+                 int64_t, float, const AttnPartial&) override {
+    missing("attention");
+  }
   void merge(const AttnPartial&, const AttnPartial&) override { missing("merge"); }
   void copy(const TensorView&, const TensorView&) override { missing("copy"); }
   void synchronize() override { TANDEM_CUDA_CHECK(cudaStreamSynchronize(stream_)); }

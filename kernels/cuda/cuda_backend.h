@@ -11,8 +11,8 @@
 namespace tandem {
 
 struct CudaDeviceInfo {
-  int count = 0;            // visible devices (0 without a GPU or driver)
-  std::string name;         // device 0
+  int count = 0;     // visible devices (0 without a GPU or driver)
+  std::string name;  // device 0
   int64_t memory_bytes = 0;
   int sm_major = 0, sm_minor = 0;
 };
