@@ -1,0 +1,420 @@
+// Builtins of the chat-template Jinja engine: attribute/item access, the methods of strings,
+// dicts and lists, slicing, ordering, and the global functions.
+#include "server/jinja_builtins.h"
+
+#include <cstring>
+#include <ctime>
+
+#include "kernels/common.h"
+#include "server/jinja_text.h"
+
+namespace tandem::jinja {
+namespace {
+
+std::string want_string(const Value* v, const char* what) {
+  if (v == nullptr || !v->is_string()) throw JinjaError(std::string(what) + " must be a string");
+  return v->str();
+}
+
+int64_t want_int(const Value* v, const char* what, int64_t fallback) {
+  if (v == nullptr || v->is_none() || v->is_undefined()) return fallback;
+  if (!v->is_int()) throw JinjaError(std::string(what) + " must be an integer");
+  return v->as_int();
+}
+
+Value bind(Function fn) { return Value::from_function(std::move(fn)); }
+
+Value string_list(const std::vector<std::string>& parts) {
+  Array a;
+  a.reserve(parts.size());
+  for (const std::string& p : parts) a.push_back(Value::from_string(p));
+  return Value::from_array(std::move(a));
+}
+
+// str.startswith / str.endswith with a string or a tuple of strings.
+bool affix_match(const std::string& s, const Value* pattern, bool prefix) {
+  const auto one = [&](const std::string& p) {
+    if (p.size() > s.size()) return false;
+    return prefix ? s.compare(0, p.size(), p) == 0
+                  : s.compare(s.size() - p.size(), p.size(), p) == 0;
+  };
+  if (pattern != nullptr && pattern->is_string()) return one(pattern->str());
+  if (pattern != nullptr && pattern->is_array()) {
+    for (const Value& p : pattern->array()) {
+      if (!p.is_string()) throw JinjaError("startswith/endswith tuple items must be strings");
+      if (one(p.str())) return true;
+    }
+    return false;
+  }
+  throw JinjaError("startswith/endswith need a string or a tuple of strings");
+}
+
+// Python str.format with {}, {0} and {name} fields (format specs are ignored).
+std::string python_format(const std::string& fmt, const CallArgs& args) {
+  std::string out;
+  size_t auto_index = 0;
+  for (size_t i = 0; i < fmt.size(); ++i) {
+    const char c = fmt[i];
+    if ((c == '{' || c == '}') && i + 1 < fmt.size() && fmt[i + 1] == c) {
+      out.push_back(c);
+      ++i;
+      continue;
+    }
+    if (c != '{') {
+      out.push_back(c);
+      continue;
+    }
+    const size_t close = fmt.find('}', i);
+    if (close == std::string::npos) throw JinjaError("single '{' in format string");
+    std::string field = fmt.substr(i + 1, close - i - 1);
+    field = field.substr(0, field.find(':'));
+    const Value* v = nullptr;
+    if (field.empty()) {
+      v = auto_index < args.positional.size() ? &args.positional[auto_index] : nullptr;
+      ++auto_index;
+    } else if (field.find_first_not_of("0123456789") == std::string::npos) {
+      const size_t k = std::stoul(field);
+      v = k < args.positional.size() ? &args.positional[k] : nullptr;
+    } else {
+      for (const auto& [name, value] : args.keyword) {
+        if (name == field) v = &value;
+      }
+    }
+    if (v == nullptr) throw JinjaError("format field '" + field + "' has no argument");
+    out += to_output_string(*v);
+    check_size(out.size());
+    i = close;
+  }
+  return out;
+}
+
+Value string_method(const Value& self, const std::string& name) {
+  const std::string s = self.str();
+  if (name == "length") return Value::from_int(static_cast<int64_t>(utf8_length(s)));
+  if (name == "upper") return bind([s](CallArgs&) { return Value::from_string(to_upper(s)); });
+  if (name == "lower") return bind([s](CallArgs&) { return Value::from_string(to_lower(s)); });
+  if (name == "title") return bind([s](CallArgs&) { return Value::from_string(to_title(s)); });
+  if (name == "capitalize") {
+    return bind([s](CallArgs&) { return Value::from_string(capitalize(s)); });
+  }
+  if (name == "strip" || name == "lstrip" || name == "rstrip") {
+    const StripSide side = name == "strip"    ? StripSide::kBoth
+                           : name == "lstrip" ? StripSide::kLeft
+                                              : StripSide::kRight;
+    return bind([s, side](CallArgs& a) {
+      const Value* chars = a.get(0, "chars");
+      if (chars != nullptr && !chars->is_none() && !chars->is_undefined()) {
+        const std::string set = want_string(chars, "strip chars");
+        return Value::from_string(strip(s, &set, side));
+      }
+      return Value::from_string(strip(s, nullptr, side));
+    });
+  }
+  if (name == "startswith" || name == "endswith") {
+    const bool prefix = name == "startswith";
+    return bind([s, prefix](CallArgs& a) {
+      return Value::from_bool(affix_match(s, a.get(0, "prefix"), prefix));
+    });
+  }
+  if (name == "split") {
+    return bind([s](CallArgs& a) {
+      const Value* sep = a.get(0, "sep");
+      const int64_t maxsplit = want_int(a.get(1, "maxsplit"), "maxsplit", -1);
+      if (sep == nullptr || sep->is_none() || sep->is_undefined()) {
+        return string_list(split(s, nullptr, maxsplit));
+      }
+      const std::string sep_s = want_string(sep, "sep");
+      return string_list(split(s, &sep_s, maxsplit));
+    });
+  }
+  if (name == "replace") {
+    return bind([s](CallArgs& a) {
+      const std::string from = want_string(a.get(0, "old"), "replace() old");
+      const std::string to = want_string(a.get(1, "new"), "replace() new");
+      return Value::from_string(replace(s, from, to, want_int(a.get(2, "count"), "count", -1)));
+    });
+  }
+  if (name == "find") {
+    return bind([s](CallArgs& a) {
+      return Value::from_int(find(s, want_string(a.get(0, "sub"), "find() argument")));
+    });
+  }
+  if (name == "count") {
+    return bind([s](CallArgs& a) {
+      return Value::from_int(count(s, want_string(a.get(0, "sub"), "count() argument")));
+    });
+  }
+  if (name == "join") {
+    return bind([s](CallArgs& a) {
+      const Value* items = a.get(0, "iterable");
+      if (items == nullptr) throw JinjaError("join() takes one argument");
+      std::string out;
+      bool first = true;
+      for (const Value& v : iterate(*items)) {
+        if (!first) out += s;
+        out += to_output_string(v);
+        check_size(out.size());
+        first = false;
+      }
+      return Value::from_string(std::move(out));
+    });
+  }
+  if (name == "format") {
+    return bind([s](CallArgs& a) { return Value::from_string(python_format(s, a)); });
+  }
+  return Value();
+}
+
+Value object_items(const Value& self) {
+  Array out;
+  for (const auto& [k, v] : self.object().items) {
+    out.push_back(Value::from_array({Value::from_string(k), v}));
+  }
+  return Value::from_array(std::move(out));
+}
+
+Value object_method(const Value& self, const std::string& name) {
+  if (name == "get") {
+    return bind([self](CallArgs& a) {
+      const Value* key = a.get(0, "key");
+      if (key == nullptr || !key->is_string()) throw JinjaError("dict.get() key must be a string");
+      if (const Value* v = self.object().find(key->str())) return *v;
+      const Value* fallback = a.get(1, "default");
+      return fallback ? *fallback : Value::none();
+    });
+  }
+  if (name == "items") return bind([self](CallArgs&) { return object_items(self); });
+  if (name == "keys") {
+    return bind([self](CallArgs&) {
+      Array out;
+      for (const auto& kv : self.object().items) out.push_back(Value::from_string(kv.first));
+      return Value::from_array(std::move(out));
+    });
+  }
+  if (name == "values") {
+    return bind([self](CallArgs&) {
+      Array out;
+      for (const auto& kv : self.object().items) out.push_back(kv.second);
+      return Value::from_array(std::move(out));
+    });
+  }
+  if (name == "dictsort") {
+    return bind([self](CallArgs& a) { return apply_filter("dictsort", self, a); });
+  }
+  return Value();
+}
+
+// Python index normalisation for a sequence of length n; nullopt when out of range.
+std::optional<size_t> normalize_index(int64_t i, size_t n) {
+  const auto len = static_cast<int64_t>(n);
+  if (i < 0) i += len;
+  if (i < 0 || i >= len) return std::nullopt;
+  return static_cast<size_t>(i);
+}
+
+}  // namespace
+
+Value get_attr(const Value& obj, const std::string& name) {
+  if (obj.is_attr_container()) {
+    if (const Value* v = obj.object().find(name)) return *v;
+    return obj.is_object() ? object_method(obj, name) : Value();
+  }
+  if (obj.is_string()) return string_method(obj, name);
+  if (obj.is_array() && name == "length") {
+    return Value::from_int(static_cast<int64_t>(obj.array().size()));
+  }
+  return Value();
+}
+
+Value get_item(const Value& obj, const Value& key) {
+  if (key.is_string()) return get_attr(obj, key.str());
+  if (!key.is_int()) return Value();
+  if (obj.is_array()) {
+    const auto i = normalize_index(key.as_int(), obj.array().size());
+    return i ? obj.array()[*i] : Value();
+  }
+  if (obj.is_string()) {
+    const auto chars = utf8_chars(obj.str());
+    const auto i = normalize_index(key.as_int(), chars.size());
+    return i ? Value::from_string(std::string(chars[*i])) : Value();
+  }
+  return Value();
+}
+
+Value slice_value(const Value& obj, const Value& start_v, const Value& stop_v,
+                  const Value& step_v) {
+  const auto part = [](const Value& v, const char* what) -> std::optional<int64_t> {
+    if (v.is_undefined() || v.is_none()) return std::nullopt;
+    if (!v.is_int()) throw JinjaError(std::string("slice ") + what + " must be an integer");
+    return v.as_int();
+  };
+  const std::optional<int64_t> start_o = part(start_v, "start");
+  const std::optional<int64_t> stop_o = part(stop_v, "stop");
+  const int64_t step = part(step_v, "step").value_or(1);
+  if (step == 0) throw JinjaError("slice step cannot be zero");
+
+  std::vector<std::string_view> chars;
+  size_t n = 0;
+  if (obj.is_array()) {
+    n = obj.array().size();
+  } else if (obj.is_string()) {
+    chars = utf8_chars(obj.str());
+    n = chars.size();
+  } else {
+    throw JinjaError(std::string("cannot slice a ") + obj.type_name());
+  }
+  const auto len = static_cast<int64_t>(n);
+  int64_t start = 0;
+  int64_t stop = 0;
+  if (step > 0) {
+    start = start_o.value_or(0);
+    start = start < 0 ? std::max<int64_t>(len + start, 0) : std::min(start, len);
+    stop = stop_o.value_or(len);
+    stop = stop < 0 ? std::max<int64_t>(len + stop, 0) : std::min(stop, len);
+  } else {
+    start = start_o.value_or(len - 1);
+    start = start < 0 ? std::max<int64_t>(len + start, -1) : std::min(start, len - 1);
+    stop = stop_o.value_or(-1);
+    if (stop_o) stop = stop < 0 ? std::max<int64_t>(len + stop, -1) : std::min(stop, len - 1);
+  }
+  std::vector<size_t> picked;
+  for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
+    picked.push_back(static_cast<size_t>(i));
+  }
+  if (obj.is_array()) {
+    Array out;
+    out.reserve(picked.size());
+    for (size_t i : picked) out.push_back(obj.array()[i]);
+    return Value::from_array(std::move(out));
+  }
+  std::string out;
+  for (size_t i : picked) out += chars[i];
+  return Value::from_string(std::move(out));
+}
+
+Value attribute_path(const Value& item, std::string_view path) {
+  Value v = item;
+  size_t start = 0;
+  while (true) {
+    const size_t dot = path.find('.', start);
+    const std::string part(path.substr(start, dot == std::string_view::npos ? dot : dot - start));
+    if (v.is_attr_container()) {
+      const Value* f = v.object().find(part);
+      v = f ? *f : Value();
+    } else if (v.is_array() && !part.empty() &&
+               part.find_first_not_of("0123456789") == std::string::npos) {
+      const size_t i = std::stoul(part);
+      v = i < v.array().size() ? v.array()[i] : Value();
+    } else {
+      return Value();
+    }
+    if (dot == std::string_view::npos) return v;
+    start = dot + 1;
+  }
+}
+
+int compare_values(const Value& a, const Value& b, bool case_sensitive) {
+  const auto numeric = [](const Value& v) { return v.is_number() || v.is_bool(); };
+  if (a.is_none() && b.is_none()) return 0;
+  if (a.is_undefined() && b.is_undefined()) return 0;
+  if (numeric(a) && numeric(b)) {
+    const double x = a.as_double();
+    const double y = b.as_double();
+    return x < y ? -1 : (x > y ? 1 : 0);
+  }
+  if (a.is_string() && b.is_string()) {
+    const std::string x = case_sensitive ? a.str() : to_lower(a.str());
+    const std::string y = case_sensitive ? b.str() : to_lower(b.str());
+    return x < y ? -1 : (x > y ? 1 : 0);
+  }
+  throw JinjaError(std::string("cannot compare ") + a.type_name() + " with " + b.type_name());
+}
+
+Array iterate(const Value& v) {
+  switch (v.kind()) {
+    case Value::Kind::kUndefined:
+      return {};
+    case Value::Kind::kArray:
+      return v.array();
+    case Value::Kind::kObject: {
+      Array keys;
+      for (const auto& kv : v.object().items) keys.push_back(Value::from_string(kv.first));
+      return keys;
+    }
+    case Value::Kind::kString: {
+      Array chars;
+      for (std::string_view c : utf8_chars(v.str()))
+        chars.push_back(Value::from_string(std::string(c)));
+      return chars;
+    }
+    default:
+      throw JinjaError(std::string("'") + v.type_name() + "' object is not iterable");
+  }
+}
+
+void add_globals(Object& globals, size_t max_items) {
+  globals.set(
+      "namespace", bind([](CallArgs& a) {
+        Object o;
+        if (a.positional.size() > 1) throw JinjaError("namespace() takes at most 1 argument");
+        if (!a.positional.empty()) {
+          const Value& src = a.positional[0];
+          if (src.is_object()) {
+            o = src.object();
+          } else if (src.is_array()) {
+            for (const Value& pair : src.array()) {
+              if (!pair.is_array() || pair.array().size() != 2 || !pair.array()[0].is_string()) {
+                throw JinjaError("namespace() expects [key, value] pairs");
+              }
+              o.set(pair.array()[0].str(), pair.array()[1]);
+            }
+          } else {
+            throw JinjaError("namespace() expects a mapping or key-value pairs");
+          }
+        }
+        for (const auto& [k, v] : a.keyword) o.set(k, v);
+        return Value::new_namespace(std::move(o));
+      }));
+  globals.set("dict", bind([](CallArgs& a) {
+                Object o;
+                if (!a.positional.empty()) {
+                  if (!a.positional[0].is_object()) throw JinjaError("dict() expects a mapping");
+                  o = a.positional[0].object();
+                }
+                for (const auto& [k, v] : a.keyword) o.set(k, v);
+                return Value::from_object(std::move(o));
+              }));
+  globals.set("range", bind([max_items](CallArgs& a) {
+                const auto num = [](const Value& v) {
+                  if (!v.is_int()) throw JinjaError("range() arguments must be integers");
+                  return v.as_int();
+                };
+                const size_t n = a.positional.size();
+                if (n < 1 || n > 3) throw JinjaError("range() takes 1 to 3 arguments");
+                const int64_t start = n >= 2 ? num(a.positional[0]) : 0;
+                const int64_t stop = n >= 2 ? num(a.positional[1]) : num(a.positional[0]);
+                const int64_t step = n == 3 ? num(a.positional[2]) : 1;
+                if (step == 0) throw JinjaError("range() step must not be zero");
+                Array out;
+                for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
+                  if (out.size() >= max_items) throw JinjaError("range() too long");
+                  out.push_back(Value::from_int(i));
+                }
+                return Value::from_array(std::move(out));
+              }));
+  globals.set("raise_exception", bind([](CallArgs& a) -> Value {
+                const Value* msg = a.get(0, "message");
+                TANDEM_FAIL(kInvalidArgument, msg ? to_output_string(*msg) : std::string());
+              }));
+  globals.set("strftime_now", bind([](CallArgs& a) {
+                const std::string fmt = want_string(a.get(0, "format"), "strftime_now() format");
+                const std::time_t now = std::time(nullptr);
+                std::tm tm{};
+                localtime_r(&now, &tm);
+                char buf[256];
+                const size_t len = std::strftime(buf, sizeof(buf), fmt.c_str(), &tm);
+                return Value::from_string(std::string(buf, len));
+              }));
+}
+
+}  // namespace tandem::jinja

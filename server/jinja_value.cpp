@@ -1,0 +1,475 @@
+// Values of the chat-template Jinja engine: construction, truthiness, equality, printing and
+// JSON serialisation with the rules of @huggingface/jinja.
+#include "server/jinja_value.h"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+
+namespace tandem::jinja {
+
+void check_size(size_t n) {
+  if (n > kMaxStringBytes) throw JinjaError("string too long (limit 16 MiB)");
+}
+
+const Value* Object::find(std::string_view key) const {
+  for (const auto& [k, v] : items) {
+    if (k == key) return &v;
+  }
+  return nullptr;
+}
+
+Value* Object::find(std::string_view key) {
+  for (auto& [k, v] : items) {
+    if (k == key) return &v;
+  }
+  return nullptr;
+}
+
+void Object::set(const std::string& key, Value value) {
+  if (Value* v = find(key)) {
+    *v = std::move(value);
+  } else {
+    items.emplace_back(key, std::move(value));
+  }
+}
+
+const Value* CallArgs::get(size_t i, std::string_view name) const {
+  if (i < positional.size()) return &positional[i];
+  for (const auto& [k, v] : keyword) {
+    if (k == name) return &v;
+  }
+  return nullptr;
+}
+
+Value Value::none() {
+  Value v;
+  v.kind_ = Kind::kNone;
+  return v;
+}
+
+Value Value::from_bool(bool b) {
+  Value v;
+  v.kind_ = Kind::kBool;
+  v.data_ = b;
+  return v;
+}
+
+Value Value::from_int(int64_t i) {
+  Value v;
+  v.kind_ = Kind::kInt;
+  v.data_ = i;
+  return v;
+}
+
+Value Value::from_float(double f) {
+  Value v;
+  v.kind_ = Kind::kFloat;
+  v.data_ = f;
+  return v;
+}
+
+Value Value::from_string(std::string s) {
+  Value v;
+  v.kind_ = Kind::kString;
+  v.data_ = std::make_shared<const std::string>(std::move(s));
+  return v;
+}
+
+Value Value::from_array(Array a) {
+  Value v;
+  v.kind_ = Kind::kArray;
+  v.data_ = std::make_shared<const Array>(std::move(a));
+  return v;
+}
+
+Value Value::from_object(Object o) {
+  Value v;
+  v.kind_ = Kind::kObject;
+  v.data_ = std::make_shared<Object>(std::move(o));
+  return v;
+}
+
+Value Value::new_namespace(Object o) {
+  Value v;
+  v.kind_ = Kind::kNamespace;
+  v.data_ = std::make_shared<Object>(std::move(o));
+  return v;
+}
+
+Value Value::from_function(Function fn) {
+  Value v;
+  v.kind_ = Kind::kFunction;
+  v.data_ = std::make_shared<const Function>(std::move(fn));
+  return v;
+}
+
+double Value::as_double() const {
+  switch (kind_) {
+    case Kind::kBool:
+      return as_bool() ? 1.0 : 0.0;
+    case Kind::kInt:
+      return static_cast<double>(as_int());
+    case Kind::kFloat:
+      return as_float();
+    default:
+      throw JinjaError(std::string("expected a number, got ") + type_name());
+  }
+}
+
+const char* Value::type_name() const {
+  switch (kind_) {
+    case Kind::kUndefined:
+      return "undefined";
+    case Kind::kNone:
+      return "none";
+    case Kind::kBool:
+      return "boolean";
+    case Kind::kInt:
+      return "integer";
+    case Kind::kFloat:
+      return "float";
+    case Kind::kString:
+      return "string";
+    case Kind::kArray:
+      return "array";
+    case Kind::kObject:
+      return "object";
+    case Kind::kNamespace:
+      return "namespace";
+    case Kind::kFunction:
+      return "function";
+  }
+  return "?";
+}
+
+bool truthy(const Value& v) {
+  switch (v.kind()) {
+    case Value::Kind::kUndefined:
+    case Value::Kind::kNone:
+      return false;
+    case Value::Kind::kBool:
+      return v.as_bool();
+    case Value::Kind::kInt:
+      return v.as_int() != 0;
+    case Value::Kind::kFloat:
+      return v.as_float() != 0.0 && !std::isnan(v.as_float());
+    case Value::Kind::kString:
+      return !v.str().empty();
+    case Value::Kind::kArray:
+      return !v.array().empty();
+    case Value::Kind::kObject:
+      return !v.object().items.empty();
+    case Value::Kind::kNamespace:
+    case Value::Kind::kFunction:
+      return true;
+  }
+  return false;
+}
+
+bool equals(const Value& a, const Value& b) {
+  const auto numeric = [](const Value& v) { return v.is_number() || v.is_bool(); };
+  if (numeric(a) && numeric(b)) return a.as_double() == b.as_double();
+  const auto nullish = [](const Value& v) { return v.is_none() || v.is_undefined(); };
+  if (nullish(a) || nullish(b)) return nullish(a) && nullish(b);
+  if (a.kind() != b.kind()) return false;
+  switch (a.kind()) {
+    case Value::Kind::kString:
+      return a.str() == b.str();
+    case Value::Kind::kArray: {
+      const Array& x = a.array();
+      const Array& y = b.array();
+      if (x.size() != y.size()) return false;
+      for (size_t i = 0; i < x.size(); ++i) {
+        if (!equals(x[i], y[i])) return false;
+      }
+      return true;
+    }
+    case Value::Kind::kObject: {
+      const Object& x = a.object();
+      const Object& y = b.object();
+      if (x.items.size() != y.items.size()) return false;
+      for (const auto& [k, v] : x.items) {
+        const Value* w = y.find(k);
+        if (w == nullptr || !equals(v, *w)) return false;
+      }
+      return true;
+    }
+    case Value::Kind::kNamespace:
+      return &a.object() == &b.object();
+    case Value::Kind::kFunction:
+      return &a.function() == &b.function();
+    default:
+      return false;
+  }
+}
+
+std::string format_js_number(double d) {
+  if (std::isnan(d)) return "NaN";
+  if (std::isinf(d)) return d > 0 ? "Infinity" : "-Infinity";
+  if (d == 0) return "0";
+  // Shortest round-trip digits and decimal exponent, then ECMAScript Number::toString layout.
+  char buf[64];
+  const auto res = std::to_chars(buf, buf + sizeof(buf), d, std::chars_format::scientific);
+  std::string sci(buf, res.ptr);
+  std::string out;
+  if (sci[0] == '-') {
+    out.push_back('-');
+    sci.erase(0, 1);
+  }
+  const size_t epos = sci.find('e');
+  std::string digits = sci.substr(0, epos);
+  digits.erase(std::remove(digits.begin(), digits.end(), '.'), digits.end());
+  const int exp10 = std::atoi(sci.c_str() + epos + 1);
+  const int k = static_cast<int>(digits.size());
+  const int n = exp10 + 1;  // value = 0.digits * 10^n
+  if (k <= n && n <= 21) {
+    out += digits + std::string(n - k, '0');
+  } else if (0 < n && n <= 21) {
+    out += digits.substr(0, n) + "." + digits.substr(n);
+  } else if (-6 < n && n <= 0) {
+    out += "0." + std::string(-n, '0') + digits;
+  } else {
+    out += digits.substr(0, 1);
+    if (k > 1) out += "." + digits.substr(1);
+    out += (n - 1 >= 0) ? "e+" : "e-";
+    out += std::to_string(std::abs(n - 1));
+  }
+  return out;
+}
+
+namespace {
+
+std::string format_float_output(double d) {
+  if (d == 0 && std::signbit(d)) return "-0.0";
+  if (std::isfinite(d) && std::fabs(d) < 1e21 && d == std::floor(d)) {
+    return format_js_number(d) + ".0";
+  }
+  return format_js_number(d);
+}
+
+void append_hex4(std::string& out, unsigned cp) {
+  char buf[16];
+  std::snprintf(buf, sizeof(buf), "\\u%04x", cp);
+  out += buf;
+}
+
+// Decodes one UTF-8 sequence at s[i]; returns its length (1 for an invalid byte).
+size_t utf8_decode(std::string_view s, size_t i, unsigned* cp) {
+  const auto c = static_cast<unsigned char>(s[i]);
+  size_t len = 1;
+  unsigned v = c;
+  if (c >= 0xF0 && c < 0xF8) {
+    len = 4;
+    v = c & 0x07;
+  } else if (c >= 0xE0) {
+    len = 3;
+    v = c & 0x0F;
+  } else if (c >= 0xC0) {
+    len = 2;
+    v = c & 0x1F;
+  }
+  if (len > 1) {
+    if (i + len > s.size()) {
+      *cp = c;
+      return 1;
+    }
+    for (size_t j = 1; j < len; ++j) {
+      const auto cc = static_cast<unsigned char>(s[i + j]);
+      if ((cc & 0xC0) != 0x80) {
+        *cp = c;
+        return 1;
+      }
+      v = (v << 6) | (cc & 0x3F);
+    }
+  }
+  *cp = v;
+  return len;
+}
+
+void json_string(std::string& out, std::string_view s, bool ensure_ascii) {
+  out.push_back('"');
+  for (size_t i = 0; i < s.size();) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    if (c < 0x80) {
+      switch (c) {
+        case '"':
+          out += "\\\"";
+          break;
+        case '\\':
+          out += "\\\\";
+          break;
+        case '\b':
+          out += "\\b";
+          break;
+        case '\f':
+          out += "\\f";
+          break;
+        case '\n':
+          out += "\\n";
+          break;
+        case '\r':
+          out += "\\r";
+          break;
+        case '\t':
+          out += "\\t";
+          break;
+        default:
+          if (c < 0x20 || (ensure_ascii && c == 0x7F)) {
+            append_hex4(out, c);
+          } else {
+            out.push_back(static_cast<char>(c));
+          }
+      }
+      ++i;
+      continue;
+    }
+    unsigned cp = 0;
+    const size_t len = utf8_decode(s, i, &cp);
+    if (ensure_ascii) {
+      if (cp >= 0x10000) {
+        append_hex4(out, 0xD800 + ((cp - 0x10000) >> 10));
+        append_hex4(out, 0xDC00 + ((cp - 0x10000) & 0x3FF));
+      } else {
+        append_hex4(out, cp);
+      }
+    } else {
+      out.append(s.substr(i, len));
+    }
+    i += len;
+  }
+  out.push_back('"');
+}
+
+void json_value(std::string& out, const Value& v, const JsonOptions& opts, int depth) {
+  std::string item_sep = ", ";
+  std::string key_sep = ": ";
+  const bool pretty = opts.indent.has_value() && *opts.indent > 0;
+  if (opts.separators) {
+    item_sep = opts.separators->first;
+    key_sep = opts.separators->second;
+  } else if (pretty) {
+    item_sep = ",";
+  }
+  const std::string unit = pretty ? std::string(*opts.indent, ' ') : std::string();
+  std::string base_pad = "\n";
+  for (int i = 0; i < depth; ++i) base_pad += unit;
+  const std::string child_pad = base_pad + unit;
+
+  switch (v.kind()) {
+    case Value::Kind::kUndefined:
+      out += opts.undefined_as_null ? "null" : "undefined";
+      return;
+    case Value::Kind::kNone:
+      out += "null";
+      return;
+    case Value::Kind::kBool:
+      out += v.as_bool() ? "true" : "false";
+      return;
+    case Value::Kind::kInt:
+      out += std::to_string(v.as_int());
+      return;
+    case Value::Kind::kFloat: {
+      const double d = v.as_float();
+      out += std::isfinite(d) ? format_js_number(d) : "null";
+      return;
+    }
+    case Value::Kind::kString:
+      json_string(out, v.str(), opts.ensure_ascii);
+      return;
+    case Value::Kind::kArray: {
+      const Array& a = v.array();
+      out.push_back('[');
+      for (size_t i = 0; i < a.size(); ++i) {
+        if (i > 0) out += item_sep;
+        if (pretty) out += child_pad;
+        json_value(out, a[i], opts, depth + 1);
+      }
+      if (pretty && !a.empty()) out += base_pad;
+      out.push_back(']');
+      return;
+    }
+    case Value::Kind::kObject:
+    case Value::Kind::kNamespace: {
+      std::vector<const std::pair<std::string, Value>*> entries;
+      for (const auto& kv : v.object().items) entries.push_back(&kv);
+      if (opts.sort_keys) {
+        std::stable_sort(entries.begin(), entries.end(),
+                         [](const auto* a, const auto* b) { return a->first < b->first; });
+      }
+      out.push_back('{');
+      for (size_t i = 0; i < entries.size(); ++i) {
+        if (i > 0) out += item_sep;
+        if (pretty) out += child_pad;
+        json_string(out, entries[i]->first, opts.ensure_ascii);
+        out += key_sep;
+        json_value(out, entries[i]->second, opts, depth + 1);
+      }
+      if (pretty && !entries.empty()) out += base_pad;
+      out.push_back('}');
+      return;
+    }
+    case Value::Kind::kFunction:
+      throw JinjaError("cannot convert a function to JSON");
+  }
+}
+
+}  // namespace
+
+std::string to_json(const Value& v, const JsonOptions& opts) {
+  std::string out;
+  json_value(out, v, opts, 0);
+  return out;
+}
+
+std::string to_output_string(const Value& v) {
+  switch (v.kind()) {
+    case Value::Kind::kUndefined:
+    case Value::Kind::kNone:
+      return "";
+    case Value::Kind::kBool:
+      return v.as_bool() ? "true" : "false";
+    case Value::Kind::kInt:
+      return std::to_string(v.as_int());
+    case Value::Kind::kFloat:
+      return format_float_output(v.as_float());
+    case Value::Kind::kString:
+      return v.str();
+    case Value::Kind::kArray:
+    case Value::Kind::kObject:
+    case Value::Kind::kNamespace: {
+      JsonOptions opts;
+      opts.undefined_as_null = false;
+      return to_json(v, opts);
+    }
+    case Value::Kind::kFunction:
+      return "<function>";
+  }
+  return "";
+}
+
+std::vector<std::string_view> utf8_chars(std::string_view s) {
+  std::vector<std::string_view> out;
+  out.reserve(s.size());
+  for (size_t i = 0; i < s.size();) {
+    unsigned cp = 0;
+    const size_t len = utf8_decode(s, i, &cp);
+    out.push_back(s.substr(i, len));
+    i += len;
+  }
+  return out;
+}
+
+size_t utf8_length(std::string_view s) {
+  size_t n = 0;
+  for (size_t i = 0; i < s.size();) {
+    unsigned cp = 0;
+    i += utf8_decode(s, i, &cp);
+    ++n;
+  }
+  return n;
+}
+
+}  // namespace tandem::jinja
