@@ -189,18 +189,29 @@ TensorView Model::forward(std::span<const StepSequence> batch) {
   }
 
   for (const StepSequence& s : batch) s.kv->begin_step(s.decode, s.observe);
-  bool ahead = false, oracle = false;
-  for (const StepSequence& s : batch) {
-    ahead |= s.decode && s.kv->wants_prefetch() && !s.kv->prefetch_oracle();
-    oracle |= s.decode && s.kv->prefetch_oracle();
+  // Rows [ahead_lo, ahead_hi) cover every decode sequence that wants a predicted query.
+  int64_t ahead_lo = n, ahead_hi = 0;
+  bool oracle = false;
+  {
+    int64_t r = 0;
+    for (const StepSequence& s : batch) {
+      const int64_t e = r + static_cast<int64_t>(s.tokens.size());
+      if (s.decode && s.kv->wants_prefetch() && !s.kv->prefetch_oracle()) {
+        ahead_lo = std::min(ahead_lo, r);
+        ahead_hi = std::max(ahead_hi, e);
+      }
+      oracle |= s.decode && s.kv->prefetch_oracle();
+      r = e;
+    }
   }
   // Hands each decode sequence that wants it its rows of a (predicted or true) query of layer li.
-  auto hand_over = [&](int32_t li, const TensorView& qs, bool want_oracle) {
+  // qs holds the queries of rows [row0, row0 + qs.dim(0)).
+  auto hand_over = [&](int32_t li, const TensorView& qs, int64_t row0, bool want_oracle) {
     int64_t r = 0;
     for (const StepSequence& s : batch) {
       const int64_t e = r + static_cast<int64_t>(s.tokens.size());
       if (s.decode && s.kv->wants_prefetch() && s.kv->prefetch_oracle() == want_oracle)
-        s.kv->prefetch(be, li, qs.slice(r, e));
+        s.kv->prefetch(be, li, qs.slice(r - row0, e - row0));
       r = e;
     }
   };
@@ -209,12 +220,14 @@ TensorView Model::forward(std::span<const StepSequence> batch) {
     const LayerWeights& l = w_.layers[static_cast<size_t>(li)];
     // Layer-ahead host attention: layer li+1's query predicted from this layer's input,
     // rope(W_q[li+1] . norm[li+1](x_li)), so the CPU has all of layer li to work on it.
-    if (ahead && li + 1 < c.n_layer) {
-      const TensorView ph = pred_h_.view().slice(0, n), pq = pred_q_.view().slice(0, n);
+    if (ahead_lo < ahead_hi && li + 1 < c.n_layer) {
+      const TensorView xs = x.slice(ahead_lo, ahead_hi), ps = pos.slice(ahead_lo, ahead_hi);
+      const TensorView ph = pred_h_.view().slice(0, ahead_hi - ahead_lo);
+      const TensorView pq = pred_q_.view().slice(0, ahead_hi - ahead_lo);
       const LayerWeights& next = w_.layers[static_cast<size_t>(li + 1)];
-      if (c.pre_norm) norm(x, next.attn_norm, next.attn_norm_b, ph);
-      query(li + 1, c.pre_norm ? ph : x, pos, pq);
-      hand_over(li + 1, pq, false);
+      if (c.pre_norm) norm(xs, next.attn_norm, next.attn_norm_b, ph);
+      query(li + 1, c.pre_norm ? ph : xs, ps, pq);
+      hand_over(li + 1, pq, ahead_lo, false);
     }
     // Attention block.
     const TensorView& attn_in = c.pre_norm ? h : x;
@@ -226,7 +239,7 @@ TensorView Model::forward(std::span<const StepSequence> batch) {
       be.rms_norm(k.reshape({n * c.n_head_kv, c.head_dim}), l.k_norm, c.norm_eps,
                   k.reshape({n * c.n_head_kv, c.head_dim}));
     if (!c.rope.inv_freq.empty()) be.rope(k, pos, c.rope);
-    if (oracle) hand_over(li, q, true);
+    if (oracle) hand_over(li, q, 0, true);
     // The attention call site: each sequence's KV store takes its rows.
     int64_t r = 0;
     for (const StepSequence& s : batch) {
