@@ -1,0 +1,62 @@
+// Server metrics in the Prometheus text format (version 0.0.4): request counts by route and
+// status, token counters, latency histograms (TTFT, time per output token, end to end) kept by
+// the HTTP layer, plus the engine's gauges and counters (running/waiting sequences, KV blocks,
+// step time in and outside the forward pass, CPU attention time) read at scrape time.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace tandem {
+
+// A cumulative histogram with fixed upper bounds (seconds); thread-safe through its owner.
+class Histogram {
+ public:
+  explicit Histogram(std::vector<double> bounds);
+  void observe(double v);
+  // Appends the _bucket/_sum/_count lines of `name`.
+  void render(const std::string& name, std::string& out) const;
+  uint64_t count() const { return count_; }
+
+ private:
+  std::vector<double> bounds_;
+  std::vector<uint64_t> counts_;  // per bucket, not cumulative; the last is +Inf
+  double sum_ = 0;
+  uint64_t count_ = 0;
+};
+
+// What the engine reports, copied from its snapshot by the serve command.
+struct EngineGauges {
+  int64_t running = 0, waiting = 0;
+  int64_t steps = 0;
+  int64_t engine_prompt_tokens = 0;  // prefill tokens run (recomputation after preemption too)
+  int64_t preemptions = 0;
+  double forward_seconds = 0, step_other_seconds = 0, cpu_attention_seconds = 0;
+  int64_t kv_device_blocks_used = 0, kv_device_blocks_total = 0;
+  int64_t kv_host_blocks_used = 0, kv_host_blocks_total = 0;
+};
+
+class ServerMetrics {
+ public:
+  ServerMetrics();
+
+  void request_done(const std::string& route, int status);
+  // One finished sequence: its token counts and latencies in seconds (ttft < 0: no token came).
+  void sequence_done(int64_t prompt_tokens, int64_t completion_tokens, double ttft, double e2e);
+  // The Prometheus text, engine gauges included.
+  std::string render(const EngineGauges& engine) const;
+
+  int64_t requests(const std::string& route, int status) const;  // for tests and logs
+
+ private:
+  mutable std::mutex mu_;
+  std::map<std::pair<std::string, int>, int64_t> requests_;
+  int64_t prompt_tokens_ = 0, generation_tokens_ = 0;
+  Histogram ttft_, tpot_, e2e_;
+};
+
+}  // namespace tandem

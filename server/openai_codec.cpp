@@ -1,0 +1,519 @@
+// The OpenAI codec, request side: JSON bodies to validated requests, then to GenerationRequests
+// (chat template, tokenizer, context checks). The response side is in openai_encoder.cpp.
+#include "server/openai_codec.h"
+
+#include <cmath>
+#include <limits>
+
+#include "engine/tokenizer.h"
+#include "server/chat_template.h"
+
+namespace tandem::openai {
+
+using ojson = nlohmann::ordered_json;
+
+ApiError invalid_request(std::string message, std::string param) {
+  ApiError e;
+  e.status = 400;
+  e.message = std::move(message);
+  e.param = std::move(param);
+  return e;
+}
+
+ApiError error_for_kind(ErrorKind kind, const std::string& message) {
+  ApiError e;
+  e.message = message;
+  switch (kind) {
+    case ErrorKind::kInvalidArgument:
+    case ErrorKind::kUnsupported:
+      e.status = 400;
+      break;
+    case ErrorKind::kNotFound:
+      e.status = 404;
+      e.code = "not_found";
+      break;
+    case ErrorKind::kOutOfMemory:
+      e.status = 429;
+      e.type = "rate_limit_error";
+      e.code = "rate_limit_exceeded";
+      break;
+    case ErrorKind::kIo:
+    case ErrorKind::kInternal:
+      e.status = 500;
+      e.type = "server_error";
+      e.code = "internal_error";
+      break;
+  }
+  return e;
+}
+
+std::string dump(const ojson& j) { return j.dump(-1, ' ', false, ojson::error_handler_t::replace); }
+
+std::string error_json(const ApiError& e) {
+  ojson err = ojson::object();
+  err["message"] = e.message;
+  err["type"] = e.type;
+  err["param"] = e.param.empty() ? ojson(nullptr) : ojson(e.param);
+  err["code"] = e.code.empty() ? ojson(nullptr) : ojson(e.code);
+  ojson body = ojson::object();
+  body["error"] = std::move(err);
+  return dump(body);
+}
+
+std::string sse_error(const ApiError& e) { return "data: " + error_json(e) + "\n\n"; }
+
+bool valid_utf8(std::string_view s) {
+  size_t i = 0;
+  const size_t n = s.size();
+  while (i < n) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    if (c < 0x80) {
+      ++i;
+      continue;
+    }
+    int len = 0;
+    uint32_t cp = 0;
+    if (c >= 0xC2 && c <= 0xDF) {
+      len = 2;
+      cp = c & 0x1F;
+    } else if (c >= 0xE0 && c <= 0xEF) {
+      len = 3;
+      cp = c & 0x0F;
+    } else if (c >= 0xF0 && c <= 0xF4) {
+      len = 4;
+      cp = c & 0x07;
+    } else {
+      return false;  // a continuation byte, an overlong lead (C0/C1) or beyond U+10FFFF (F5+)
+    }
+    if (i + len > n) return false;
+    for (int k = 1; k < len; ++k) {
+      const auto cc = static_cast<unsigned char>(s[i + k]);
+      if ((cc & 0xC0) != 0x80) return false;
+      cp = (cp << 6) | (cc & 0x3F);
+    }
+    // Overlong forms, UTF-16 surrogates and code points past U+10FFFF are not UTF-8.
+    if ((len == 3 && cp < 0x800) || (len == 4 && (cp < 0x10000 || cp > 0x10FFFF)) ||
+        (cp >= 0xD800 && cp <= 0xDFFF))
+      return false;
+    i += len;
+  }
+  return true;
+}
+
+namespace {
+
+// Reads typed, range-checked fields of a request object; keeps the first error. A field that is
+// absent or null keeps its default.
+class Reader {
+ public:
+  explicit Reader(const ojson& body) : body_(body) {}
+
+  const ojson* find(const char* key) const {
+    auto it = body_.find(key);
+    if (it == body_.end() || it->is_null()) return nullptr;
+    return &*it;
+  }
+  void fail(std::string message, std::string param) {
+    if (!error) error = invalid_request(std::move(message), std::move(param));
+  }
+
+  // lo_open: the lower bound itself is not allowed.
+  void number(const char* key, double lo, double hi, float& out, bool lo_open = false) {
+    const ojson* v = find(key);
+    if (!v) return;
+    if (!v->is_number()) return fail(cat("'", key, "' must be a number"), key);
+    const double d = v->get<double>();
+    if (!std::isfinite(d) || d < lo || d > hi || (lo_open && d == lo))
+      return fail(cat("'", key, "' must be in ", lo_open ? "(" : "[", lo, ", ", hi, "], got ", d),
+                  key);
+    out = static_cast<float>(d);
+  }
+  // Integers; a float with an integral value (2.0) is accepted.
+  bool integer(const char* key, int64_t lo, int64_t hi, int64_t& out) {
+    const ojson* v = find(key);
+    if (!v) return false;
+    if (!integral(*v, out)) {
+      fail(cat("'", key, "' must be an integer"), key);
+      return false;
+    }
+    if (out < lo || out > hi) {
+      fail(cat("'", key, "' must be in [", lo, ", ", hi, "], got ", out), key);
+      return false;
+    }
+    return true;
+  }
+  void boolean(const char* key, bool& out) {
+    const ojson* v = find(key);
+    if (!v) return;
+    if (!v->is_boolean()) return fail(cat("'", key, "' must be a boolean"), key);
+    out = v->get<bool>();
+  }
+  void string(const char* key, std::string& out) {
+    const ojson* v = find(key);
+    if (!v) return;
+    if (!v->is_string()) return fail(cat("'", key, "' must be a string"), key);
+    out = v->get<std::string>();
+  }
+
+  static bool integral(const ojson& v, int64_t& out) {
+    if (v.is_number_unsigned()) {
+      const uint64_t u = v.get<uint64_t>();
+      if (u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) return false;
+      out = static_cast<int64_t>(u);
+      return true;
+    }
+    if (v.is_number_integer()) {
+      out = v.get<int64_t>();
+      return true;
+    }
+    if (v.is_number_float()) {
+      const double d = v.get<double>();
+      if (!std::isfinite(d) || std::floor(d) != d || std::fabs(d) > 9.0e15) return false;
+      out = static_cast<int64_t>(d);
+      return true;
+    }
+    return false;
+  }
+
+  std::optional<ApiError> error;
+
+ private:
+  const ojson& body_;
+};
+
+constexpr int64_t kMaxTokensCap = int64_t{1} << 30;
+
+void parse_messages(Reader& r, const ojson& body, ApiRequest& out) {
+  const ojson* msgs = r.find("messages");
+  if (!msgs) return r.fail("'messages' is required", "messages");
+  if (!msgs->is_array()) return r.fail("'messages' must be an array", "messages");
+  if (msgs->empty()) return r.fail("'messages' must not be empty", "messages");
+  out.messages = ojson::array();
+  for (size_t i = 0; i < msgs->size(); ++i) {
+    const ojson& m = (*msgs)[i];
+    const std::string at = cat("messages[", i, "]");
+    if (!m.is_object()) return r.fail(at + " must be an object", at);
+    auto role = m.find("role");
+    if (role == m.end() || !role->is_string())
+      return r.fail(at + ".role must be a string", at + ".role");
+    std::string role_s = role->get<std::string>();
+    if (role_s == "developer") role_s = "system";  // the newer name of the system role
+    if (role_s != "system" && role_s != "user" && role_s != "assistant" && role_s != "tool")
+      return r.fail(
+          cat(at, ".role must be system, developer, user, assistant or tool, got '", role_s, "'"),
+          at + ".role");
+    ojson msg = m;
+    msg["role"] = role_s;
+    auto content = m.find("content");
+    std::string text;
+    if (content == m.end() || content->is_null()) {
+      // Only an assistant message carrying tool calls may come without content.
+      if (role_s != "assistant" || !m.contains("tool_calls"))
+        return r.fail(at + ".content is required", at + ".content");
+    } else if (content->is_string()) {
+      text = content->get<std::string>();
+    } else if (content->is_array()) {
+      // Content parts: only text parts, joined by newlines (as vLLM does).
+      for (size_t k = 0; k < content->size(); ++k) {
+        const ojson& part = (*content)[k];
+        const std::string pat = cat(at, ".content[", k, "]");
+        if (!part.is_object() || !part.contains("type") || !part["type"].is_string())
+          return r.fail(pat + " must be an object with a 'type'", pat);
+        if (part["type"] != "text")
+          return r.fail(cat(pat, ": content type '", part["type"].get<std::string>(),
+                            "' is not supported (text only)"),
+                        pat + ".type");
+        if (!part.contains("text") || !part["text"].is_string())
+          return r.fail(pat + ".text must be a string", pat + ".text");
+        if (k) text += "\n";
+        text += part["text"].get<std::string>();
+      }
+    } else {
+      return r.fail(at + ".content must be a string or an array of content parts", at + ".content");
+    }
+    msg["content"] = text;
+    out.messages.push_back(std::move(msg));
+  }
+  if (const ojson* tools = r.find("tools")) {
+    if (!tools->is_array()) return r.fail("'tools' must be an array", "tools");
+    out.tools = *tools;
+  }
+  r.boolean("add_generation_prompt", out.add_generation_prompt);
+  if (const ojson* kw = r.find("chat_template_kwargs")) {
+    if (!kw->is_object())
+      return r.fail("'chat_template_kwargs' must be an object", "chat_template_kwargs");
+    out.template_kwargs = *kw;
+  }
+  (void)body;
+}
+
+bool token_list(const ojson& v, std::vector<int32_t>& out) {
+  out.clear();
+  for (const ojson& x : v) {
+    int64_t id = 0;
+    if (!Reader::integral(x, id) || id < 0 || id > std::numeric_limits<int32_t>::max())
+      return false;
+    out.push_back(static_cast<int32_t>(id));
+  }
+  return true;
+}
+
+void parse_prompt(Reader& r, ApiRequest& out) {
+  const ojson* p = r.find("prompt");
+  if (!p) return r.fail("'prompt' is required", "prompt");
+  const char* kind_msg =
+      "'prompt' must be a string, a list of strings, a list of token ids or a list of lists of "
+      "token ids";
+  if (p->is_string()) {
+    out.prompts.push_back(PromptInput{false, p->get<std::string>(), {}});
+    return;
+  }
+  if (!p->is_array()) return r.fail(kind_msg, "prompt");
+  if (p->empty()) return r.fail("'prompt' must not be empty", "prompt");
+  const ojson& first = (*p)[0];
+  if (first.is_number()) {
+    PromptInput in;
+    in.is_ids = true;
+    if (!token_list(*p, in.ids))
+      return r.fail("'prompt' token ids must be non-negative integers", "prompt");
+    out.prompts.push_back(std::move(in));
+    return;
+  }
+  for (size_t i = 0; i < p->size(); ++i) {
+    const ojson& x = (*p)[i];
+    const std::string at = cat("prompt[", i, "]");
+    if (first.is_string() && x.is_string()) {
+      out.prompts.push_back(PromptInput{false, x.get<std::string>(), {}});
+    } else if (first.is_array() && x.is_array()) {
+      PromptInput in;
+      in.is_ids = true;
+      if (x.empty()) return r.fail(at + " must not be empty", at);
+      if (!token_list(x, in.ids))
+        return r.fail(at + ": token ids must be non-negative integers", at);
+      out.prompts.push_back(std::move(in));
+    } else {
+      return r.fail(kind_msg, at);
+    }
+  }
+}
+
+void parse_stop(Reader& r, const CodecLimits& limits, ApiRequest& out) {
+  const ojson* s = r.find("stop");
+  if (!s) return;
+  if (s->is_string()) {
+    out.stop.push_back(s->get<std::string>());
+  } else if (s->is_array()) {
+    if (s->size() > static_cast<size_t>(limits.max_stop))
+      return r.fail(cat("'stop' may hold at most ", limits.max_stop, " strings"), "stop");
+    for (const ojson& x : *s) {
+      if (!x.is_string()) return r.fail("'stop' must be a string or a list of strings", "stop");
+      out.stop.push_back(x.get<std::string>());
+    }
+  } else {
+    return r.fail("'stop' must be a string or a list of strings", "stop");
+  }
+  for (const std::string& x : out.stop)
+    if (x.empty()) return r.fail("'stop' strings must not be empty", "stop");
+}
+
+void parse_sampling(Reader& r, ApiRequest& out) {
+  SamplingParams& sp = out.sampling;
+  r.number("temperature", 0, 2, sp.temperature);
+  r.number("top_p", 0, 1, sp.top_p, /*lo_open=*/true);
+  int64_t k = 0;
+  if (r.integer("top_k", -1, std::numeric_limits<int32_t>::max(), k))
+    sp.top_k = k < 0 ? 0 : static_cast<int32_t>(k);  // -1 (vLLM) and 0 both mean off
+  r.number("min_p", 0, 1, sp.min_p);
+  r.number("presence_penalty", -2, 2, sp.presence_penalty);
+  r.number("frequency_penalty", -2, 2, sp.frequency_penalty);
+  r.number("repetition_penalty", 0, 10, sp.repetition_penalty, /*lo_open=*/true);
+  int64_t seed = 0;
+  if (r.integer("seed", std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max(),
+                seed))
+    sp.seed = static_cast<uint64_t>(seed);
+}
+
+}  // namespace
+
+std::variant<ApiRequest, ApiError> parse_request(Endpoint endpoint, std::string_view body_text,
+                                                 const SamplingParams& defaults,
+                                                 const CodecLimits& limits) {
+  if (!valid_utf8(body_text)) return invalid_request("the request body is not valid UTF-8");
+  ojson body;
+  try {
+    body = ojson::parse(body_text);
+  } catch (const std::exception& e) {
+    return invalid_request(cat("the request body is not valid JSON: ", e.what()));
+  }
+  if (!body.is_object()) return invalid_request("the request body must be a JSON object");
+
+  ApiRequest out;
+  out.endpoint = endpoint;
+  out.sampling = defaults;
+  Reader r(body);
+  const bool chat = endpoint == Endpoint::kChat;
+  r.string("model", out.model);
+  if (chat)
+    parse_messages(r, body, out);
+  else
+    parse_prompt(r, out);
+
+  int64_t v = 0;
+  if (r.integer("n", 1, limits.max_n, v)) out.n = static_cast<int32_t>(v);
+  if (r.integer("max_tokens", 1, kMaxTokensCap, v)) out.max_tokens = static_cast<int32_t>(v);
+  if (chat && r.integer("max_completion_tokens", 1, kMaxTokensCap, v))
+    out.max_tokens = static_cast<int32_t>(v);
+  parse_sampling(r, out);
+  parse_stop(r, limits, out);
+  if (const ojson* ids = r.find("stop_token_ids")) {
+    if (!ids->is_array() || !token_list(*ids, out.stop_token_ids))
+      r.fail("'stop_token_ids' must be a list of token ids", "stop_token_ids");
+  }
+  r.boolean("ignore_eos", out.ignore_eos);
+
+  if (chat) {
+    r.boolean("logprobs", out.logprobs);
+    if (r.integer("top_logprobs", 0, limits.max_top_logprobs, v)) {
+      out.top_logprobs = static_cast<int32_t>(v);
+      if (!out.logprobs && v > 0 && !r.error)
+        r.fail("'top_logprobs' requires 'logprobs' to be true", "top_logprobs");
+    }
+  } else if (const ojson* lp = r.find("logprobs")) {
+    if (lp->is_boolean()) {
+      r.fail("'logprobs' must be an integer (the number of alternatives) for completions",
+             "logprobs");
+    } else if (r.integer("logprobs", 0, limits.max_top_logprobs, v)) {
+      out.logprobs = true;
+      out.top_logprobs = static_cast<int32_t>(v);
+    }
+  }
+  r.boolean("echo", out.echo);
+  r.boolean("stream", out.stream);
+  if (const ojson* so = r.find("stream_options")) {
+    if (!so->is_object()) {
+      r.fail("'stream_options' must be an object", "stream_options");
+    } else if (!out.stream) {
+      r.fail("'stream_options' is only allowed when 'stream' is true", "stream_options");
+    } else if (auto iu = so->find("include_usage"); iu != so->end() && !iu->is_null()) {
+      if (!iu->is_boolean())
+        r.fail("'stream_options.include_usage' must be a boolean", "stream_options.include_usage");
+      else
+        out.include_usage = iu->get<bool>();
+    }
+  }
+  std::string user;
+  r.string("user", user);  // accepted and ignored
+  if (r.error) return *r.error;
+
+  const int64_t sequences = static_cast<int64_t>(chat ? 1 : out.prompts.size()) * out.n;
+  if (sequences > limits.max_sequences)
+    return invalid_request(cat("prompts x n is ", sequences, "; at most ", limits.max_sequences,
+                               " sequences per request"),
+                           "n");
+  return out;
+}
+
+std::variant<Plan, ApiError> plan_request(const ApiRequest& req, const ModelInfo& model) {
+  if (!req.model.empty() && req.model != model.served_name) {
+    ApiError e = invalid_request(cat("The model '", req.model, "' does not exist"), "model");
+    e.status = 404;
+    e.code = "model_not_found";
+    return e;
+  }
+  const Tokenizer& tok = *model.tokenizer;
+  const bool chat = req.endpoint == Endpoint::kChat;
+  const char* param = chat ? "messages" : "prompt";
+  Plan plan;
+  if (chat) {
+    if (!model.chat_template) return invalid_request("this model has no chat template", param);
+    ojson ctx = req.template_kwargs;
+    ctx["messages"] = req.messages;
+    ctx["add_generation_prompt"] = req.add_generation_prompt;
+    if (!req.tools.is_null()) ctx["tools"] = req.tools;
+    PreparedPrompt p;
+    try {
+      p.text = model.chat_template->render(ctx);
+    } catch (const std::exception& e) {
+      return invalid_request(cat("the chat template failed: ", e.what()), param);
+    }
+    // The template writes BOS itself where the model wants one (as HF apply_chat_template).
+    p.ids = tok.encode(p.text, /*add_special=*/false, /*parse_special=*/true);
+    plan.prompts.push_back(std::move(p));
+  } else {
+    const int32_t vocab = tok.vocab_size();
+    for (size_t i = 0; i < req.prompts.size(); ++i) {
+      const PromptInput& in = req.prompts[i];
+      PreparedPrompt p;
+      if (in.is_ids) {
+        for (int32_t id : in.ids)
+          if (id >= vocab)
+            return invalid_request(
+                cat("token id ", id, " is out of range (vocabulary size ", vocab, ")"), param);
+        p.ids = in.ids;
+        p.text = tok.decode(p.ids, /*skip_special=*/true);
+      } else {
+        p.text = in.text;
+        p.ids = tok.encode(in.text, /*add_special=*/true, /*parse_special=*/true);
+      }
+      plan.prompts.push_back(std::move(p));
+    }
+  }
+
+  for (const PreparedPrompt& p : plan.prompts) {
+    const int64_t len = static_cast<int64_t>(p.ids.size());
+    if (len == 0) return invalid_request("the prompt is empty (no tokens)", param);
+    if (len >= model.max_model_len) {
+      ApiError e = invalid_request(cat("This model's maximum context length is ",
+                                       model.max_model_len, " tokens. However, your prompt has ",
+                                       len, " tokens, which leaves no room for the completion."),
+                                   param);
+      e.code = "context_length_exceeded";
+      return e;
+    }
+    if (req.max_tokens && len + *req.max_tokens > model.max_model_len) {
+      ApiError e = invalid_request(
+          cat("This model's maximum context length is ", model.max_model_len,
+              " tokens. However, you requested ", len + *req.max_tokens, " tokens (", len,
+              " in the prompt, ", *req.max_tokens, " for the completion)."),
+          "max_tokens");
+      e.code = "context_length_exceeded";
+      return e;
+    }
+  }
+
+  std::string chat_echo;
+  if (chat && req.echo && !req.messages.empty() && req.messages.back()["role"] == "assistant")
+    chat_echo = req.messages.back()["content"].get<std::string>();
+  for (const PreparedPrompt& p : plan.prompts) {
+    const int32_t len = static_cast<int32_t>(p.ids.size());
+    for (int32_t j = 0; j < req.n; ++j) {
+      GenerationRequest g;
+      g.prompt = p.ids;
+      g.sampling = req.sampling;
+      if (req.sampling.seed) g.sampling.seed = *req.sampling.seed + static_cast<uint64_t>(j);
+      g.max_tokens = req.max_tokens ? *req.max_tokens : model.max_model_len - len;
+      g.stop = req.stop;
+      g.stop_ids = req.stop_token_ids;
+      g.ignore_eos = req.ignore_eos;
+      g.top_logprobs = req.logprobs ? req.top_logprobs : -1;
+      plan.choices.push_back(std::move(g));
+      plan.echo.push_back(!req.echo ? std::string() : chat ? chat_echo : p.text);
+    }
+  }
+  return plan;
+}
+
+std::string models_json(const std::string& served_name, int64_t created, int32_t max_model_len) {
+  ojson m = ojson::object();
+  m["id"] = served_name;
+  m["object"] = "model";
+  m["created"] = created;
+  m["owned_by"] = "tandem";
+  m["max_model_len"] = max_model_len;
+  ojson body = ojson::object();
+  body["object"] = "list";
+  body["data"] = ojson::array({m});
+  return dump(body);
+}
+
+}  // namespace tandem::openai

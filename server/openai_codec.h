@@ -1,0 +1,190 @@
+// The OpenAI codec: request bodies of /v1/chat/completions and /v1/completions in, validated
+// GenerationRequests (one per choice) out; TokenEvents in, SSE chunks or one full JSON response
+// out; errors as OpenAI error objects with the offending parameter's name. No sockets and no
+// engine: everything here is a pure function of its inputs, unit-tested in
+// tests/test_openai_codec.cpp.
+//
+// Parameters and how they reach the engine (anything else in a body is ignored):
+//   messages (chat)  -> rendered by the model's chat template, tokenized without BOS/EOS
+//   prompt (compl.)  -> a string, a list of strings, a list of token ids or a list of such lists;
+//                       text is tokenized with the tokenizer's special tokens (BOS)
+//   n                -> n choices per prompt, choice index = prompt * n + j
+//   max_tokens, max_completion_tokens (chat; wins) -> GenerationRequest::max_tokens; default: the
+//                       rest of the context
+//   temperature, top_p, top_k, min_p, presence/frequency/repetition_penalty -> SamplingParams
+//   seed             -> SamplingParams::seed; choice j gets seed + j so n choices differ
+//   stop (string or list), stop_token_ids, ignore_eos -> GenerationRequest
+//   logprobs + top_logprobs (chat), logprobs = k (completions) -> top_logprobs
+//   echo (completions: the prompt text is prepended; chat: the last message when it is the
+//         assistant's, as vLLM does), stream, stream_options.include_usage
+//   user             -> accepted, ignored
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "engine/request.h"
+#include "engine/sampler.h"
+#include "kernels/common.h"
+
+namespace tandem {
+class Tokenizer;
+class ChatTemplate;
+}  // namespace tandem
+
+namespace tandem::openai {
+
+enum class Endpoint : uint8_t { kChat, kCompletions };
+
+// An OpenAI error object with its HTTP status: {"error":{"message","type","param","code"}}.
+struct ApiError {
+  int status = 400;
+  std::string message;
+  std::string type = "invalid_request_error";
+  std::string param;  // empty: null
+  std::string code;   // empty: null
+};
+
+ApiError invalid_request(std::string message, std::string param = "");
+// The error for a tandem::Error's kind (400 for bad input, 429 queue full, 500 for bugs, ...).
+ApiError error_for_kind(ErrorKind kind, const std::string& message);
+std::string error_json(const ApiError& e);  // the response body
+std::string sse_error(const ApiError& e);   // one SSE frame carrying the error object
+
+// Serialises JSON for the wire: invalid UTF-8 (a partial token) becomes U+FFFD instead of throwing.
+std::string dump(const nlohmann::ordered_json& j);
+// True when s is well-formed UTF-8 (no overlongs, surrogates or code points above U+10FFFF).
+bool valid_utf8(std::string_view s);
+
+// One completions prompt: text or token ids.
+struct PromptInput {
+  bool is_ids = false;
+  std::string text;
+  std::vector<int32_t> ids;
+};
+
+// A validated request, before tokenization.
+struct ApiRequest {
+  Endpoint endpoint = Endpoint::kChat;
+  std::string model;                // empty: the served model
+  nlohmann::ordered_json messages;  // chat: normalised messages (content as a string)
+  nlohmann::ordered_json tools;     // chat: passed to the template when present
+  nlohmann::ordered_json template_kwargs = nlohmann::ordered_json::object();
+  bool add_generation_prompt = true;
+  std::vector<PromptInput> prompts;  // completions
+  int32_t n = 1;
+  std::optional<int32_t> max_tokens;
+  SamplingParams sampling;
+  std::vector<std::string> stop;
+  std::vector<int32_t> stop_token_ids;
+  bool ignore_eos = false;
+  bool logprobs = false;
+  int32_t top_logprobs = 0;  // alternatives per token when logprobs
+  bool echo = false;
+  bool stream = false;
+  bool include_usage = false;
+};
+
+struct CodecLimits {
+  int32_t max_n = 16;          // choices per prompt
+  int32_t max_sequences = 64;  // prompts x n per request
+  int32_t max_stop = 16;       // stop strings
+  int32_t max_top_logprobs = 20;
+};
+
+// Parses and validates a body; sampling starts from `defaults` (the model's generation config).
+std::variant<ApiRequest, ApiError> parse_request(Endpoint endpoint, std::string_view body,
+                                                 const SamplingParams& defaults,
+                                                 const CodecLimits& limits = {});
+
+// What the codec needs to know about the served model.
+struct ModelInfo {
+  const Tokenizer* tokenizer = nullptr;
+  const ChatTemplate* chat_template = nullptr;  // chat requests fail with 400 without one
+  int32_t max_model_len = 0;                    // prompt + generated tokens at most
+  std::string served_name;
+};
+
+struct PreparedPrompt {
+  std::vector<int32_t> ids;
+  std::string text;  // what echo prepends (the prompt text, or the decoded ids)
+};
+
+// The engine work of one API request: one GenerationRequest per choice.
+struct Plan {
+  std::vector<PreparedPrompt> prompts;
+  std::vector<GenerationRequest> choices;  // choice i belongs to prompts[i / n]
+  std::vector<std::string> echo;           // per choice: text prepended to its output
+};
+
+// Renders/tokenizes and checks lengths: a prompt that does not leave room for one generated
+// token, or prompt + max_tokens beyond max_model_len, is a 400; an unknown model is a 404.
+std::variant<Plan, ApiError> plan_request(const ApiRequest& req, const ModelInfo& model);
+
+struct Usage {
+  int64_t prompt_tokens = 0;
+  int64_t completion_tokens = 0;
+};
+
+// Turns the TokenEvents of a request's choices into the OpenAI wire format, streaming (SSE
+// frames) or not (one JSON body). Feed each choice's events in order; choices may interleave.
+class ResponseEncoder {
+ public:
+  ResponseEncoder(const ApiRequest& req, const Plan& plan, std::string id, int64_t created,
+                  std::string model);
+
+  // Streaming. sse_start: the first frames (chat: the assistant role per choice; completions with
+  // echo: the prompt text). sse_event: frames for one event (may be empty). sse_end: the usage
+  // chunk when include_usage, then `data: [DONE]`.
+  std::string sse_start();
+  std::string sse_event(size_t choice, const TokenEvent& ev);
+  std::string sse_end();
+
+  // Non-streaming: add every event, then take the body once all choices finished.
+  void add(size_t choice, const TokenEvent& ev);
+  std::string body() const;
+
+  bool finished(size_t choice) const { return choices_[choice].finished; }
+  bool all_finished() const;
+  // Set when a choice ended with FinishReason::kError/kCancelled: the response is this error.
+  const std::optional<ApiError>& error() const { return error_; }
+  Usage usage() const;
+  size_t n_choices() const { return choices_.size(); }
+
+ private:
+  struct Choice {
+    std::string text;
+    nlohmann::ordered_json logprobs;  // accumulated (non-streaming)
+    size_t text_offset = 0;           // bytes of text before the next token (completions)
+    bool finished = false;
+    FinishReason finish = FinishReason::kNone;
+    int64_t completion_tokens = 0;
+  };
+  void absorb(size_t choice, const TokenEvent& ev);
+  nlohmann::ordered_json chunk_head() const;
+  nlohmann::ordered_json logprobs_of(Choice& c, const TokenEvent& ev, bool chat) const;
+  nlohmann::ordered_json usage_json() const;
+
+  bool chat_;
+  bool logprobs_;
+  bool include_usage_;
+  std::string id_;
+  int64_t created_;
+  std::string model_;
+  int64_t prompt_tokens_ = 0;
+  std::vector<std::string> echo_;
+  std::vector<Choice> choices_;
+  std::optional<ApiError> error_;
+};
+
+const char* finish_reason_name(FinishReason r);
+
+// GET /v1/models.
+std::string models_json(const std::string& served_name, int64_t created, int32_t max_model_len);
+
+}  // namespace tandem::openai

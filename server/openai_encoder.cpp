@@ -1,0 +1,267 @@
+// The OpenAI codec, response side: TokenEvents to chat.completion(.chunk) and text_completion
+// objects, streamed as server-sent events or returned whole, with logprobs and usage.
+#include "server/openai_codec.h"
+
+namespace tandem::openai {
+
+using ojson = nlohmann::ordered_json;
+
+const char* finish_reason_name(FinishReason r) {
+  switch (r) {
+    case FinishReason::kStop:
+      return "stop";
+    case FinishReason::kLength:
+      return "length";
+    case FinishReason::kCancelled:
+      return "abort";
+    case FinishReason::kError:
+      return "error";
+    case FinishReason::kNone:
+      break;
+  }
+  return "";
+}
+
+namespace {
+
+std::string frame(const ojson& j) { return "data: " + dump(j) + "\n\n"; }
+
+ojson bytes_of(const std::string& s) {
+  ojson b = ojson::array();
+  for (char c : s) b.push_back(static_cast<int>(static_cast<unsigned char>(c)));
+  return b;
+}
+
+// Chat format: {"token", "logprob", "bytes"}.
+ojson chat_entry(const TokenLogprob& t) {
+  ojson e = ojson::object();
+  e["token"] = t.piece;
+  e["logprob"] = t.logprob;
+  e["bytes"] = bytes_of(t.piece);
+  return e;
+}
+
+}  // namespace
+
+ResponseEncoder::ResponseEncoder(const ApiRequest& req, const Plan& plan, std::string id,
+                                 int64_t created, std::string model)
+    : chat_(req.endpoint == Endpoint::kChat),
+      logprobs_(req.logprobs),
+      include_usage_(req.include_usage),
+      id_(std::move(id)),
+      created_(created),
+      model_(std::move(model)),
+      echo_(plan.echo),
+      choices_(plan.choices.size()) {
+  for (const PreparedPrompt& p : plan.prompts) prompt_tokens_ += static_cast<int64_t>(p.ids.size());
+  for (size_t i = 0; i < choices_.size(); ++i) {
+    choices_[i].text_offset = echo_[i].size();
+    if (logprobs_) {
+      choices_[i].logprobs = chat_ ? ojson{{"content", ojson::array()}, {"refusal", nullptr}}
+                                   : ojson{{"tokens", ojson::array()},
+                                           {"token_logprobs", ojson::array()},
+                                           {"top_logprobs", ojson::array()},
+                                           {"text_offset", ojson::array()}};
+    }
+  }
+}
+
+bool ResponseEncoder::all_finished() const {
+  for (const Choice& c : choices_)
+    if (!c.finished) return false;
+  return true;
+}
+
+Usage ResponseEncoder::usage() const {
+  Usage u;
+  u.prompt_tokens = prompt_tokens_;
+  for (const Choice& c : choices_) u.completion_tokens += c.completion_tokens;
+  return u;
+}
+
+ojson ResponseEncoder::usage_json() const {
+  const Usage u = usage();
+  return ojson{{"prompt_tokens", u.prompt_tokens},
+               {"completion_tokens", u.completion_tokens},
+               {"total_tokens", u.prompt_tokens + u.completion_tokens}};
+}
+
+ojson ResponseEncoder::chunk_head() const {
+  ojson j = ojson::object();
+  j["id"] = id_;
+  j["object"] = chat_ ? "chat.completion.chunk" : "text_completion";
+  j["created"] = created_;
+  j["model"] = model_;
+  return j;
+}
+
+// The logprobs of one event's tokens, in the endpoint's format; text offsets advance by the
+// bytes of each token.
+ojson ResponseEncoder::logprobs_of(Choice& c, const TokenEvent& ev, bool chat) const {
+  const size_t n = std::min(ev.tokens.size(), ev.logprobs.size());
+  if (chat) {
+    ojson content = ojson::array();
+    for (size_t i = 0; i < n; ++i) {
+      ojson e = chat_entry(ev.logprobs[i]);
+      ojson top = ojson::array();
+      if (i < ev.top.size())
+        for (const TokenLogprob& t : ev.top[i]) top.push_back(chat_entry(t));
+      e["top_logprobs"] = std::move(top);
+      content.push_back(std::move(e));
+    }
+    return ojson{{"content", std::move(content)}, {"refusal", nullptr}};
+  }
+  ojson tokens = ojson::array(), token_lps = ojson::array(), tops = ojson::array(),
+        offsets = ojson::array();
+  for (size_t i = 0; i < n; ++i) {
+    const TokenLogprob& t = ev.logprobs[i];
+    tokens.push_back(t.piece);
+    token_lps.push_back(t.logprob);
+    // Legacy format: a {token: logprob} map per position holding the k alternatives.
+    ojson top = ojson::object();
+    if (i < ev.top.size())
+      for (const TokenLogprob& a : ev.top[i]) top[a.piece] = a.logprob;
+    tops.push_back(std::move(top));
+    offsets.push_back(c.text_offset);
+    c.text_offset += t.piece.size();
+  }
+  return ojson{{"tokens", std::move(tokens)},
+               {"token_logprobs", std::move(token_lps)},
+               {"top_logprobs", std::move(tops)},
+               {"text_offset", std::move(offsets)}};
+}
+
+void ResponseEncoder::absorb(size_t choice, const TokenEvent& ev) {
+  Choice& c = choices_[choice];
+  c.text += ev.text;
+  if (ev.finish == FinishReason::kNone) return;
+  c.finished = true;
+  c.finish = ev.finish;
+  c.completion_tokens = ev.completion_tokens;
+  if (ev.finish == FinishReason::kError && !error_) {
+    ApiError e;
+    e.status = 500;
+    e.type = "server_error";
+    e.code = "internal_error";
+    e.message = ev.error.empty() ? "the engine failed on this request" : ev.error;
+    error_ = e;
+  } else if (ev.finish == FinishReason::kCancelled && !error_) {
+    ApiError e;
+    e.status = 503;
+    e.type = "server_error";
+    e.code = "service_unavailable";
+    e.message = "the request was cancelled: the server is shutting down";
+    error_ = e;
+  }
+}
+
+std::string ResponseEncoder::sse_start() {
+  std::string out;
+  for (size_t i = 0; i < choices_.size(); ++i) {
+    if (!chat_ && echo_[i].empty()) continue;
+    ojson j = chunk_head();
+    ojson ch = ojson::object();
+    ch["index"] = i;
+    if (chat_) {
+      ch["delta"] = ojson{{"role", "assistant"}, {"content", echo_[i]}};
+    } else {
+      ch["text"] = echo_[i];
+    }
+    ch["logprobs"] = nullptr;
+    ch["finish_reason"] = nullptr;
+    j["choices"] = ojson::array({std::move(ch)});
+    if (include_usage_) j["usage"] = nullptr;
+    out += frame(j);
+  }
+  return out;
+}
+
+std::string ResponseEncoder::sse_event(size_t choice, const TokenEvent& ev) {
+  Choice& c = choices_[choice];
+  const bool had_error = error_.has_value();
+  absorb(choice, ev);
+  if (error_ && !had_error) return sse_error(*error_);
+  std::string out;
+  const bool has_lp = logprobs_ && !ev.tokens.empty();
+  if (!ev.text.empty() || has_lp) {
+    ojson j = chunk_head();
+    ojson ch = ojson::object();
+    ch["index"] = choice;
+    if (chat_)
+      ch["delta"] = ojson{{"content", ev.text}};
+    else
+      ch["text"] = ev.text;
+    ch["logprobs"] = has_lp ? logprobs_of(c, ev, chat_) : ojson(nullptr);
+    ch["finish_reason"] = nullptr;
+    j["choices"] = ojson::array({std::move(ch)});
+    if (include_usage_) j["usage"] = nullptr;
+    out += frame(j);
+  }
+  if (ev.finish == FinishReason::kStop || ev.finish == FinishReason::kLength) {
+    ojson j = chunk_head();
+    ojson ch = ojson::object();
+    ch["index"] = choice;
+    if (chat_)
+      ch["delta"] = ojson::object();
+    else
+      ch["text"] = "";
+    ch["logprobs"] = nullptr;
+    ch["finish_reason"] = finish_reason_name(ev.finish);
+    j["choices"] = ojson::array({std::move(ch)});
+    if (include_usage_) j["usage"] = nullptr;
+    out += frame(j);
+  }
+  return out;
+}
+
+std::string ResponseEncoder::sse_end() {
+  std::string out;
+  if (include_usage_) {
+    ojson j = chunk_head();
+    j["choices"] = ojson::array();
+    j["usage"] = usage_json();
+    out += frame(j);
+  }
+  out += "data: [DONE]\n\n";
+  return out;
+}
+
+void ResponseEncoder::add(size_t choice, const TokenEvent& ev) {
+  Choice& c = choices_[choice];
+  absorb(choice, ev);
+  if (!logprobs_ || ev.tokens.empty()) return;
+  ojson lp = logprobs_of(c, ev, chat_);
+  if (chat_) {
+    for (auto& e : lp["content"]) c.logprobs["content"].push_back(std::move(e));
+  } else {
+    for (const char* k : {"tokens", "token_logprobs", "top_logprobs", "text_offset"})
+      for (auto& e : lp[k]) c.logprobs[k].push_back(std::move(e));
+  }
+}
+
+std::string ResponseEncoder::body() const {
+  if (error_) return error_json(*error_);
+  ojson j = ojson::object();
+  j["id"] = id_;
+  j["object"] = chat_ ? "chat.completion" : "text_completion";
+  j["created"] = created_;
+  j["model"] = model_;
+  ojson choices = ojson::array();
+  for (size_t i = 0; i < choices_.size(); ++i) {
+    const Choice& c = choices_[i];
+    ojson ch = ojson::object();
+    ch["index"] = i;
+    if (chat_)
+      ch["message"] = ojson{{"role", "assistant"}, {"content", echo_[i] + c.text}};
+    else
+      ch["text"] = echo_[i] + c.text;
+    ch["logprobs"] = logprobs_ ? c.logprobs : ojson(nullptr);
+    ch["finish_reason"] = finish_reason_name(c.finish);
+    choices.push_back(std::move(ch));
+  }
+  j["choices"] = std::move(choices);
+  j["usage"] = usage_json();
+  return dump(j);
+}
+
+}  // namespace tandem::openai
