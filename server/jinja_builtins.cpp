@@ -2,6 +2,7 @@
 // dicts and lists, slicing, ordering, and the global functions.
 #include "server/jinja_builtins.h"
 
+#include <charconv>
 #include <cstring>
 #include <ctime>
 
@@ -23,6 +24,13 @@ int64_t want_int(const Value* v, const char* what, int64_t fallback) {
 }
 
 Value bind(Function fn) { return Value::from_function(std::move(fn)); }
+
+// Decimal digits as an index; SIZE_MAX when too large (out of range of any list).
+size_t parse_index(std::string_view digits) {
+  size_t v = 0;
+  const auto res = std::from_chars(digits.data(), digits.data() + digits.size(), v);
+  return res.ec == std::errc() ? v : SIZE_MAX;
+}
 
 Value string_list(const std::vector<std::string>& parts) {
   Array a;
@@ -73,7 +81,7 @@ std::string python_format(const std::string& fmt, const CallArgs& args) {
       v = auto_index < args.positional.size() ? &args.positional[auto_index] : nullptr;
       ++auto_index;
     } else if (field.find_first_not_of("0123456789") == std::string::npos) {
-      const size_t k = std::stoul(field);
+      const size_t k = parse_index(field);
       v = k < args.positional.size() ? &args.positional[k] : nullptr;
     } else {
       for (const auto& [name, value] : args.keyword) {
@@ -303,7 +311,7 @@ Value attribute_path(const Value& item, std::string_view path) {
       v = f ? *f : Value();
     } else if (v.is_array() && !part.empty() &&
                part.find_first_not_of("0123456789") == std::string::npos) {
-      const size_t i = std::stoul(part);
+      const size_t i = parse_index(part);
       v = i < v.array().size() ? v.array()[i] : Value();
     } else {
       return Value();

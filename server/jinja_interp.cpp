@@ -3,6 +3,7 @@
 // call open a scope, `if` does not; `set` writes the innermost scope; namespaces are shared.
 #include "server/jinja_interp.h"
 
+#include <charconv>
 #include <cmath>
 #include <deque>
 #include <unordered_map>
@@ -457,7 +458,9 @@ class Interpreter {
       case NodeKind::kAttr: {
         const Value obj = eval(*n.a, scope);
         if (is_digits(n.name) && (obj.is_array() || obj.is_string())) {
-          return get_item(obj, Value::from_int(std::stoll(n.name)));
+          int64_t i = 0;
+          const auto res = std::from_chars(n.name.data(), n.name.data() + n.name.size(), i);
+          return res.ec == std::errc() ? get_item(obj, Value::from_int(i)) : Value();
         }
         return get_attr(obj, n.name);
       }
