@@ -1,0 +1,72 @@
+// Scheduler: iteration-level continuous batching in the manner of nano-vllm. A FIFO waiting
+// queue and a running set in admission order. Each step: every running sequence gets its next
+// piece (one decode token, or its next prefill chunk within the step's token budget); a running
+// sequence that cannot grow preempts the most recently admitted one (its KV is freed and it goes
+// back to the FRONT of the queue to be recomputed from prompt + generated tokens); then waiting
+// sequences are admitted in order while the batch has room, the device KV pool can hold them and
+// the budget allows. No model code here: the engine runs what schedule() returns.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/sequence.h"
+#include "kvstore/kv_store.h"
+
+namespace tandem {
+
+struct SchedulerOptions {
+  int32_t max_batch = 64;            // running sequences at most
+  int32_t prefill_chunk = 512;       // prompt tokens of one sequence per step at most
+  int32_t step_token_budget = 2048;  // tokens of one step (decodes are never refused)
+};
+
+// One sequence's share of a step: tokens [seq->computed(), seq->computed() + n).
+struct ScheduledChunk {
+  Sequence* seq = nullptr;
+  int32_t n = 0;
+  bool decode = false;                             // one generated token fed back
+  bool observe = false;                            // the last chunk of a prefill
+  bool last() const { return decode || observe; }  // logits of this step are sampled
+};
+
+struct Schedule {
+  std::vector<ScheduledChunk> chunks;
+  // Admitted sequences whose KV could not be created (still in the running set: retire them).
+  std::vector<std::pair<Sequence*, std::string>> failed;
+  bool empty() const { return chunks.empty() && failed.empty(); }
+};
+
+class Scheduler {
+ public:
+  Scheduler(const SchedulerOptions& opt, KvStore& store, int32_t n_layer);
+
+  void add(std::unique_ptr<Sequence> seq);  // to the back of the waiting queue
+  Schedule schedule();
+  // Removes a sequence from the queue or the running set and frees its KV now.
+  std::unique_ptr<Sequence> retire(Sequence* seq);
+
+  // Extra device blocks a sequence (kv may be null) needs to hold `tokens` tokens; 0 when dense.
+  int64_t blocks_needed(const SequenceKv* kv, int32_t tokens) const;
+  int64_t blocks_total() const { return store_.config().dense ? 0 : store_.device_blocks_total(); }
+
+  const std::deque<std::unique_ptr<Sequence>>& waiting() const { return waiting_; }
+  const std::vector<std::unique_ptr<Sequence>>& running() const { return running_; }
+  int64_t preemptions() const { return preemptions_; }
+
+ private:
+  int64_t blocks_free() const;
+  void preempt_last();  // the most recently admitted running sequence
+
+  SchedulerOptions opt_;
+  KvStore& store_;
+  int32_t n_layer_;
+  std::deque<std::unique_ptr<Sequence>> waiting_;
+  std::vector<std::unique_ptr<Sequence>> running_;  // admission order
+  int64_t preemptions_ = 0;
+};
+
+}  // namespace tandem
