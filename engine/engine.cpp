@@ -1,0 +1,341 @@
+// The engine loop: submissions go through an inbox to the scheduler; each step runs one forward
+// pass over the scheduled chunks, then samples, detokenises and streams per sequence.
+#include "engine/engine.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <chrono>
+
+namespace tandem {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+SchedulerOptions scheduler_options(const EngineOptions& o) {
+  return SchedulerOptions{o.max_batch, o.prefill_chunk, o.step_token_budget};
+}
+
+}  // namespace
+
+Engine::Engine(Model& model, const Tokenizer& tokenizer, KvStore& store,
+               const EngineOptions& options)
+    : model_(model),
+      tokenizer_(tokenizer),
+      store_(store),
+      opt_(options),
+      scheduler_(scheduler_options(options), store, model.config().n_layer),
+      seeds_(options.seed) {
+  const ModelConfig& c = model.config();
+  max_model_len_ = opt_.max_model_len == 0 ? c.max_context : opt_.max_model_len;
+  TANDEM_REQUIRE(max_model_len_ >= 2 && max_model_len_ <= c.max_context, kInvalidArgument,
+                 "max_model_len must be in [2, ", c.max_context, "] (the model's context), got ",
+                 max_model_len_);
+  TANDEM_REQUIRE(opt_.max_batch >= 1, kInvalidArgument, "max_batch must be at least 1");
+  TANDEM_REQUIRE(opt_.max_waiting >= 0, kInvalidArgument, "max_waiting must not be negative");
+  TANDEM_REQUIRE(opt_.prefill_chunk >= 1, kInvalidArgument, "prefill_chunk must be at least 1");
+  TANDEM_REQUIRE(opt_.step_token_budget >= 1, kInvalidArgument,
+                 "step_token_budget must be at least 1");
+  vocab_ = c.vocab_size;
+  eos_ids_ = c.eos_ids;
+  if (auto e = tokenizer.eos_id()) eos_ids_.push_back(*e);
+  device_blocks_total_ = scheduler_.blocks_total();
+  // Pieces are decoded after a primer token, so that a decoder that strips the leading space of
+  // a text's first token does not strip it from the piece.
+  const std::vector<int32_t> primer = tokenizer.encode("a", false, false);
+  if (!primer.empty()) piece_primer_ = primer.back();
+  row_.resize(static_cast<size_t>(vocab_));
+  logprobs_.resize(static_cast<size_t>(vocab_));
+  publish(0, 0, 0, 0, false);
+  thread_ = std::thread([this] { loop(); });
+}
+
+Engine::~Engine() { shutdown(true); }
+
+std::shared_ptr<TokenStream> Engine::submit(GenerationRequest req) {
+  const int64_t n_prompt = static_cast<int64_t>(req.prompt.size());
+  TANDEM_REQUIRE(n_prompt > 0, kInvalidArgument, "the prompt is empty");
+  TANDEM_REQUIRE(n_prompt + 1 <= max_model_len_, kInvalidArgument, "the prompt has ", n_prompt,
+                 " tokens; with at least one generated token it exceeds the maximum context of ",
+                 max_model_len_, " tokens");
+  TANDEM_REQUIRE(req.max_tokens >= 1, kInvalidArgument, "max_tokens must be at least 1, got ",
+                 req.max_tokens);
+  for (int32_t t : req.prompt)
+    TANDEM_REQUIRE(t >= 0 && t < vocab_, kInvalidArgument, "prompt token id ", t,
+                   " is outside the vocabulary [0, ", vocab_, ")");
+  for (int32_t t : req.stop_ids)
+    TANDEM_REQUIRE(t >= 0 && t < vocab_, kInvalidArgument, "stop token id ", t,
+                   " is outside the vocabulary [0, ", vocab_, ")");
+  TANDEM_REQUIRE(req.top_logprobs >= -1 && req.top_logprobs <= vocab_, kInvalidArgument,
+                 "top_logprobs must be in [0, ", vocab_, "], got ", req.top_logprobs);
+  const SamplingParams& sp = req.sampling;
+  TANDEM_REQUIRE(sp.temperature >= 0, kInvalidArgument, "temperature must not be negative");
+  TANDEM_REQUIRE(sp.top_p > 0 && sp.top_p <= 1, kInvalidArgument, "top_p must be in (0, 1]");
+  TANDEM_REQUIRE(sp.top_k >= 0, kInvalidArgument, "top_k must not be negative");
+  TANDEM_REQUIRE(sp.min_p >= 0 && sp.min_p <= 1, kInvalidArgument, "min_p must be in [0, 1]");
+  TANDEM_REQUIRE(sp.repetition_penalty > 0, kInvalidArgument,
+                 "repetition_penalty must be positive");
+  req.max_tokens =
+      static_cast<int32_t>(std::min<int64_t>(req.max_tokens, max_model_len_ - n_prompt));
+  const int32_t total = static_cast<int32_t>(n_prompt) + req.max_tokens;
+  const int64_t need = scheduler_.blocks_needed(nullptr, total);
+  TANDEM_REQUIRE(need <= device_blocks_total_, kInvalidArgument, "a sequence of ", total,
+                 " tokens needs ", need, " device KV blocks; the pool has ", device_blocks_total_);
+
+  std::vector<int32_t> stop_ids = req.stop_ids;
+  if (!req.ignore_eos) stop_ids.insert(stop_ids.end(), eos_ids_.begin(), eos_ids_.end());
+  uint64_t id = 0, seed = 0;
+  auto admit_check = [&] {
+    TANDEM_REQUIRE(!stopping_, kOutOfMemory, "the engine is shutting down");
+    TANDEM_REQUIRE(static_cast<int64_t>(inbox_.size()) + queued_ < opt_.max_waiting, kOutOfMemory,
+                   "too many requests waiting (", opt_.max_waiting, "); try again later");
+  };
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    admit_check();
+    id = next_id_++;
+    seed = seeds_();
+  }
+  auto stream = std::make_shared<TokenStream>();
+  // Built outside the lock: priming the decoder with the prompt costs O(prompt).
+  auto seq =
+      std::make_unique<Sequence>(id, std::move(req), stream, tokenizer_, std::move(stop_ids), seed);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    admit_check();
+    inbox_.push_back(std::move(seq));
+  }
+  cv_.notify_one();
+  return stream;
+}
+
+void Engine::shutdown(bool cancel_running) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+    cancel_all_ = cancel_all_ || cancel_running;
+  }
+  cv_.notify_all();
+  std::lock_guard<std::mutex> lock(join_mu_);
+  if (thread_.joinable()) thread_.join();
+}
+
+EngineMetrics Engine::metrics() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return metrics_;
+}
+
+void Engine::loop() {
+  for (;;) {
+    bool idle_wait = false;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] {
+        return stopping_ || !inbox_.empty() || !scheduler_.running().empty() ||
+               !scheduler_.waiting().empty();
+      });
+      while (!inbox_.empty()) {
+        scheduler_.add(std::move(inbox_.front()));
+        inbox_.pop_front();
+      }
+      queued_ = static_cast<int32_t>(scheduler_.waiting().size());
+      if (cancel_all_) {
+        lock.unlock();
+        cancel_everything();
+        return;
+      }
+      if (stopping_ && scheduler_.running().empty() && scheduler_.waiting().empty()) return;
+    }
+    try {
+      step();
+    } catch (const std::exception& e) {
+      // A bug outside the guarded parts of the step: fail what is running and go on.
+      spdlog::error("engine: step failed: {}", e.what());
+      std::vector<Sequence*> running;
+      for (const auto& s : scheduler_.running()) running.push_back(s.get());
+      for (Sequence* s : running) fail(s, FinishReason::kError, e.what());
+      idle_wait = true;
+    }
+    if (idle_wait) {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait_for(lock, std::chrono::milliseconds(1));
+    }
+  }
+}
+
+void Engine::cancel_everything() {
+  std::vector<Sequence*> all;
+  for (const auto& s : scheduler_.running()) all.push_back(s.get());
+  for (const auto& s : scheduler_.waiting()) all.push_back(s.get());
+  for (Sequence* s : all) fail(s, FinishReason::kCancelled);
+  publish(0, 0, 0, 0, false);
+}
+
+void Engine::step() {
+  const auto t0 = Clock::now();
+  // Cancelled streams are retired before anything runs for them.
+  std::vector<Sequence*> cancelled;
+  for (const auto& s : scheduler_.running())
+    if (s->stream->cancelled()) cancelled.push_back(s.get());
+  for (const auto& s : scheduler_.waiting())
+    if (s->stream->cancelled()) cancelled.push_back(s.get());
+  for (Sequence* s : cancelled) fail(s, FinishReason::kCancelled);
+
+  Schedule plan = scheduler_.schedule();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    queued_ = static_cast<int32_t>(scheduler_.waiting().size());  // admitted ones no longer count
+  }
+  for (auto& [s, why] : plan.failed) fail(s, FinishReason::kError, why);
+  if (plan.chunks.empty()) {
+    publish(0, seconds(t0, Clock::now()), 0, 0, false);
+    if (!scheduler_.waiting().empty()) {  // nothing fits now (should not happen): do not spin
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait_for(lock, std::chrono::milliseconds(1));
+    }
+    return;
+  }
+
+  std::vector<StepSequence> batch;
+  batch.reserve(plan.chunks.size());
+  int64_t prompt_tokens = 0;
+  for (const ScheduledChunk& c : plan.chunks) {
+    Sequence& s = *c.seq;
+    const auto tokens = std::span<const int32_t>(s.tokens).subspan(
+        static_cast<size_t>(s.computed()), static_cast<size_t>(c.n));
+    batch.push_back(StepSequence{s.kv.get(), tokens, false, c.decode, c.observe});
+    if (!c.decode) prompt_tokens += c.n;
+  }
+
+  const auto t1 = Clock::now();
+  TensorView logits;
+  try {
+    logits = model_.forward(batch);
+  } catch (const std::exception& e) {
+    // The KV of every sequence of the step may be half written: the whole batch fails.
+    const auto t2 = Clock::now();
+    spdlog::error("engine: forward failed for a batch of {}: {}", batch.size(), e.what());
+    for (const ScheduledChunk& c : plan.chunks)
+      fail(c.seq, FinishReason::kError, cat("the model step failed: ", e.what()));
+    publish(seconds(t1, t2), seconds(t0, Clock::now()) - seconds(t1, t2), 0, 0, true);
+    return;
+  }
+  const auto t2 = Clock::now();
+
+  int64_t generated = 0;
+  const float* rows = logits.as<const float>();
+  for (size_t i = 0; i < plan.chunks.size(); ++i) {
+    const ScheduledChunk& c = plan.chunks[i];
+    if (!c.last()) continue;  // a prefill chunk before the last: nothing to sample
+    try {
+      ++generated;
+      const FinishReason r = advance(*c.seq, rows + static_cast<int64_t>(i) * vocab_);
+      if (r != FinishReason::kNone) retire(c.seq, r);
+    } catch (const std::exception& e) {
+      spdlog::error("engine: request {} failed: {}", c.seq->id, e.what());
+      fail(c.seq, FinishReason::kError, e.what());
+    }
+  }
+  const double fwd = seconds(t1, t2);
+  publish(fwd, seconds(t0, Clock::now()) - fwd, prompt_tokens, generated, true);
+}
+
+FinishReason Engine::advance(Sequence& seq, const float* logits) {
+  const std::span<const float> raw(logits, static_cast<size_t>(vocab_));
+  std::copy(raw.begin(), raw.end(), row_.begin());
+  const int32_t tok = seq.sampler.sample(row_, seq.prompt(), seq.output());
+
+  TokenEvent ev;
+  ev.tokens.push_back(tok);
+  if (seq.top_logprobs >= 0) {
+    // From the model's distribution, before penalties and temperature.
+    log_softmax(raw, logprobs_);
+    ev.logprobs.push_back({tok, piece(tok), logprobs_[static_cast<size_t>(tok)]});
+    std::vector<TokenLogprob> top;
+    for (const auto& [lp, id] : top_logprobs(raw, seq.top_logprobs))
+      top.push_back({id, piece(id), lp});
+    ev.top.push_back(std::move(top));
+  }
+  seq.tokens.push_back(tok);
+
+  FinishReason reason = FinishReason::kNone;
+  if (seq.is_stop_token(tok)) {
+    // The stop token's own text is not part of the output.
+    ev.text = seq.stop.push(seq.decoder.flush());
+    ev.text += seq.stop.finish();
+    reason = FinishReason::kStop;
+  } else {
+    ev.text = seq.stop.push(seq.decoder.push(tok));
+    if (seq.stop.matched()) {
+      reason = FinishReason::kStop;
+    } else if (seq.generated() >= seq.max_tokens) {
+      ev.text += seq.stop.push(seq.decoder.flush());
+      reason = seq.stop.matched() ? FinishReason::kStop : FinishReason::kLength;
+      ev.text += seq.stop.finish();
+    }
+  }
+  if (reason != FinishReason::kNone) {
+    ev.finish = reason;
+    ev.prompt_tokens = seq.prompt_len();
+    ev.completion_tokens = seq.generated();
+  }
+  seq.stream->push(std::move(ev));
+  return reason;
+}
+
+void Engine::fail(Sequence* seq, FinishReason reason, const std::string& error) {
+  TokenEvent ev;
+  ev.finish = reason;
+  ev.error = error;
+  ev.prompt_tokens = seq->prompt_len();
+  ev.completion_tokens = seq->generated();
+  seq->stream->push(std::move(ev));
+  retire(seq, reason);
+}
+
+void Engine::retire(Sequence* seq, FinishReason reason) {
+  ++finished_[static_cast<size_t>(reason)];
+  scheduler_.retire(seq);  // the returned sequence, its KV already freed, goes away here
+}
+
+const std::string& Engine::piece(int32_t token) {
+  auto it = pieces_.find(token);
+  if (it != pieces_.end()) return it->second;
+  StreamDecoder d(tokenizer_, /*skip_special=*/false);
+  if (piece_primer_ >= 0) d.push(piece_primer_);
+  std::string s = d.push(token);
+  s += d.flush();
+  return pieces_.emplace(token, std::move(s)).first->second;
+}
+
+void Engine::publish(double forward_s, double other_s, int64_t prompt_tokens, int64_t gen_tokens,
+                     bool stepped) {
+  HostAttention* ha = store_.host_attention();
+  std::lock_guard<std::mutex> lock(mu_);
+  EngineMetrics& m = metrics_;
+  queued_ = static_cast<int32_t>(scheduler_.waiting().size());
+  m.running = static_cast<int32_t>(scheduler_.running().size());
+  m.waiting = queued_ + static_cast<int32_t>(inbox_.size());
+  m.steps += stepped ? 1 : 0;
+  m.prompt_tokens += prompt_tokens;
+  m.generation_tokens += gen_tokens;
+  m.finished_stop = finished_[static_cast<size_t>(FinishReason::kStop)];
+  m.finished_length = finished_[static_cast<size_t>(FinishReason::kLength)];
+  m.finished_cancelled = finished_[static_cast<size_t>(FinishReason::kCancelled)];
+  m.finished_error = finished_[static_cast<size_t>(FinishReason::kError)];
+  m.forward_seconds += forward_s;
+  m.step_other_seconds += other_s;
+  m.kv_device_blocks_used = store_.device_blocks_used();
+  m.kv_device_blocks_total = store_.device_blocks_total();
+  m.kv_host_blocks_used = store_.host_blocks_used();
+  m.kv_host_blocks_total = store_.host_blocks_total();
+  m.cpu_attention_busy_seconds = ha ? ha->busy_seconds() : 0.0;
+  m.preemptions = scheduler_.preemptions();
+}
+
+}  // namespace tandem
