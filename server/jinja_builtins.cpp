@@ -97,19 +97,23 @@ std::string python_format(const std::string& fmt, const CallArgs& args) {
 }
 
 Value string_method(const Value& self, const std::string& name) {
-  const std::string s = self.str();
-  if (name == "length") return Value::from_int(static_cast<int64_t>(utf8_length(s)));
-  if (name == "upper") return bind([s](CallArgs&) { return Value::from_string(to_upper(s)); });
-  if (name == "lower") return bind([s](CallArgs&) { return Value::from_string(to_lower(s)); });
-  if (name == "title") return bind([s](CallArgs&) { return Value::from_string(to_title(s)); });
+  // Methods capture the string Value (shared), not a copy of its text.
+  if (name == "length") return Value::from_int(static_cast<int64_t>(utf8_length(self.str())));
+  if (name == "upper")
+    return bind([self](CallArgs&) { return Value::from_string(to_upper(self.str())); });
+  if (name == "lower")
+    return bind([self](CallArgs&) { return Value::from_string(to_lower(self.str())); });
+  if (name == "title")
+    return bind([self](CallArgs&) { return Value::from_string(to_title(self.str())); });
   if (name == "capitalize") {
-    return bind([s](CallArgs&) { return Value::from_string(capitalize(s)); });
+    return bind([self](CallArgs&) { return Value::from_string(capitalize(self.str())); });
   }
   if (name == "strip" || name == "lstrip" || name == "rstrip") {
     const StripSide side = name == "strip"    ? StripSide::kBoth
                            : name == "lstrip" ? StripSide::kLeft
                                               : StripSide::kRight;
-    return bind([s, side](CallArgs& a) {
+    return bind([self, side](CallArgs& a) {
+      const std::string& s = self.str();
       const Value* chars = a.get(0, "chars");
       if (chars != nullptr && !chars->is_none() && !chars->is_undefined()) {
         const std::string set = want_string(chars, "strip chars");
@@ -120,12 +124,14 @@ Value string_method(const Value& self, const std::string& name) {
   }
   if (name == "startswith" || name == "endswith") {
     const bool prefix = name == "startswith";
-    return bind([s, prefix](CallArgs& a) {
+    return bind([self, prefix](CallArgs& a) {
+      const std::string& s = self.str();
       return Value::from_bool(affix_match(s, a.get(0, "prefix"), prefix));
     });
   }
   if (name == "split") {
-    return bind([s](CallArgs& a) {
+    return bind([self](CallArgs& a) {
+      const std::string& s = self.str();
       const Value* sep = a.get(0, "sep");
       const int64_t maxsplit = want_int(a.get(1, "maxsplit"), "maxsplit", -1);
       if (sep == nullptr || sep->is_none() || sep->is_undefined()) {
@@ -136,24 +142,28 @@ Value string_method(const Value& self, const std::string& name) {
     });
   }
   if (name == "replace") {
-    return bind([s](CallArgs& a) {
+    return bind([self](CallArgs& a) {
+      const std::string& s = self.str();
       const std::string from = want_string(a.get(0, "old"), "replace() old");
       const std::string to = want_string(a.get(1, "new"), "replace() new");
       return Value::from_string(replace(s, from, to, want_int(a.get(2, "count"), "count", -1)));
     });
   }
   if (name == "find") {
-    return bind([s](CallArgs& a) {
+    return bind([self](CallArgs& a) {
+      const std::string& s = self.str();
       return Value::from_int(find(s, want_string(a.get(0, "sub"), "find() argument")));
     });
   }
   if (name == "count") {
-    return bind([s](CallArgs& a) {
+    return bind([self](CallArgs& a) {
+      const std::string& s = self.str();
       return Value::from_int(count(s, want_string(a.get(0, "sub"), "count() argument")));
     });
   }
   if (name == "join") {
-    return bind([s](CallArgs& a) {
+    return bind([self](CallArgs& a) {
+      const std::string& s = self.str();
       const Value* items = a.get(0, "iterable");
       if (items == nullptr) throw JinjaError("join() takes one argument");
       std::string out;
@@ -168,7 +178,7 @@ Value string_method(const Value& self, const std::string& name) {
     });
   }
   if (name == "format") {
-    return bind([s](CallArgs& a) { return Value::from_string(python_format(s, a)); });
+    return bind([self](CallArgs& a) { return Value::from_string(python_format(self.str(), a)); });
   }
   return Value();
 }

@@ -106,12 +106,6 @@ void append_lower(std::string& out, uint32_t c) {
   append_utf8(out, l ? l : c);
 }
 
-bool is_space_cp(uint32_t c) {
-  std::string tmp;
-  append_utf8(tmp, c);
-  return whitespace_len(tmp, 0) == tmp.size();
-}
-
 }  // namespace
 
 void append_utf8(std::string& out, uint32_t cp) {
@@ -177,27 +171,37 @@ std::string capitalize(std::string_view s) {
 }
 
 std::string strip(std::string_view s, const std::string* chars, StripSide side) {
-  const std::vector<uint32_t> cps = code_points(s);
-  std::vector<uint32_t> set;
-  if (chars != nullptr) set = code_points(*chars);
-  const auto strippable = [&](uint32_t c) {
-    if (chars == nullptr) return is_space_cp(c);
+  const std::vector<uint32_t> set =
+      chars != nullptr ? code_points(*chars) : std::vector<uint32_t>();
+  // Length of the strippable character starting at s[i], 0 when it is not strippable.
+  const auto strippable = [&](size_t i) -> size_t {
+    if (chars == nullptr) return whitespace_len(s, i);
+    uint32_t cp = 0;
+    const size_t len = decode(s, i, &cp);
     for (uint32_t x : set) {
-      if (x == c) return true;
+      if (x == cp) return len;
     }
-    return false;
+    return 0;
   };
   size_t b = 0;
-  size_t e = cps.size();
+  size_t e = s.size();
   if (side != StripSide::kRight) {
-    while (b < e && strippable(cps[b])) ++b;
+    while (b < e) {
+      const size_t len = strippable(b);
+      if (len == 0) break;
+      b += len;
+    }
   }
   if (side != StripSide::kLeft) {
-    while (e > b && strippable(cps[e - 1])) --e;
+    while (e > b) {
+      size_t start = e - 1;  // back to the first byte of the last character
+      while (start > b && (static_cast<unsigned char>(s[start]) & 0xC0) == 0x80) --start;
+      const size_t len = strippable(start);
+      if (len == 0 || start + len != e) break;
+      e = start;
+    }
   }
-  std::string out;
-  for (size_t i = b; i < e; ++i) append_utf8(out, cps[i]);
-  return out;
+  return std::string(s.substr(b, e - b));
 }
 
 std::vector<std::string> split(std::string_view s, const std::string* sep, int64_t maxsplit) {
