@@ -29,7 +29,7 @@ struct HostBlockRef {
 };
 
 // Rows per chunk of the online softmax (one max update and rescale per chunk).
-inline constexpr int32_t kChunkRows = 16;
+inline constexpr int32_t kChunkRows = 32;
 
 // Attention of one query token, G query heads, over the selected rows of `blocks` (in order).
 //   q    f32 [G, d]  query heads of the group (not yet scaled)
