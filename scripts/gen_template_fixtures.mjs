@@ -718,6 +718,47 @@ const FEATURES_ERRORS = String.raw`{%- for m in messages -%}
 {{ m.role }};
 {%- endfor -%}`;
 
+// Tool schemas rendered as Python signatures: recursive macros, `| items` loops with a filter,
+// membership tests, indent(first=true), tojson(indent) | indent.
+const FEATURES_TOOL_SCHEMA = String.raw`{%- macro py_type(spec) -%}
+{%- set simple = {'string': 'str', 'integer': 'int', 'number': 'float', 'boolean': 'bool'} -%}
+{%- if spec.enum is defined -%}
+Literal[{% for v in spec.enum %}{{ v | tojson }}{{ ', ' if not loop.last }}{% endfor %}]
+{%- elif spec.type == 'array' -%}
+list[{{ py_type(spec['items']) }}]
+{%- elif spec.type == 'object' -%}
+dict[str, {{ py_type(spec.additionalProperties) if spec.additionalProperties is mapping else 'Any' }}]
+{%- elif spec.type is string and spec.type in simple -%}
+{{ simple[spec.type] }}
+{%- else -%}
+Any
+{%- endif -%}
+{%- endmacro -%}
+{%- macro signature(fn) -%}
+def {{ fn.name }}(
+{%- for name, spec in fn.parameters.properties | items -%}
+{{ name }}: {{ py_type(spec) if name in fn.parameters.required else 'Optional[' ~ py_type(spec) ~ '] = None' }}{{ ', ' if not loop.last }}
+{%- endfor -%}
+):
+    """{{ fn.description | trim }}
+{%- for name, spec in fn.parameters.properties | items if spec.description is defined %}
+{{ ('- ' ~ name ~ ': ' ~ spec.description) | indent(4, true) }}
+{%- endfor %}
+    """
+{%- endmacro -%}
+{%- for tool in tools -%}
+{{ signature(tool.function if tool.function is defined else tool) }}
+{% if not loop.last %}
+
+{% endif -%}
+{%- endfor -%}
+{%- for m in messages if m.tool_calls is defined -%}
+{%- for call in m.tool_calls -%}
+CALL {{ call.function.name }}
+{{ call.function.arguments | tojson(indent=2) | indent(2, first=true) }}
+{% endfor -%}
+{%- endfor -%}`;
+
 function featureTemplates() {
   const people = [{ name: "Zed", age: 40 }];
   const base = {
@@ -739,6 +780,37 @@ function featureTemplates() {
   ]);
   fixture("features_strings", hand, FEATURES_STRINGS, "<s>", "</s>", [["base", base], ["unicode", { messages: [UNICODE] }]]);
   fixture("features_whitespace", hand, FEATURES_WHITESPACE, "<s>", "</s>", [["base", {}]]);
+  const richTool = {
+    type: "function",
+    function: {
+      name: "plan_trip",
+      description: "  Plan a trip.  ",
+      parameters: {
+        type: "object",
+        properties: {
+          city: { type: "string", description: "Destination" },
+          days: { type: "integer" },
+          budget: { type: "number", description: "In euros" },
+          mode: { type: "string", enum: ["train", "plane"], description: "How" },
+          stops: { type: "array", items: { type: "string" } },
+          grid: { type: "array", items: { type: "array", items: { type: "integer" } } },
+          prefs: { type: "object", additionalProperties: { type: "boolean" } },
+          meta: { type: "object" },
+          anything: { description: "No type" },
+        },
+        required: ["city", "stops"],
+      },
+    },
+  };
+  const call = {
+    role: "assistant",
+    content: "",
+    tool_calls: [{ type: "function", function: { name: "plan_trip", arguments: { city: "Oslo", stops: ["Bergen"], prefs: { quiet: true } } } }],
+  };
+  fixture("features_tool_schema", hand, FEATURES_TOOL_SCHEMA, "<s>", "</s>", [
+    ["tools", { tools: [richTool, ...TOOLS], messages: [U1, call, TOOL_RESULT] }],
+    ["no_tools", { tools: [], messages: [U1] }],
+  ]);
   fixture("features_errors", hand, FEATURES_ERRORS, "<s>", "</s>", [
     ["ok", { messages: [SYS, U1] }],
     ["unknown_role", { messages: [U1, { role: "robot", content: "beep" }] }],

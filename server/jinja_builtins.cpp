@@ -183,6 +183,78 @@ Value string_method(const Value& self, const std::string& name) {
   return Value();
 }
 
+// Python index normalisation for a sequence of length n; nullopt when out of range.
+std::optional<size_t> normalize_index(int64_t i, size_t n) {
+  const auto len = static_cast<int64_t>(n);
+  if (i < 0) i += len;
+  if (i < 0 || i >= len) return std::nullopt;
+  return static_cast<size_t>(i);
+}
+
+// Bounds list.append/extend (a template has no business building longer lists).
+constexpr size_t kMaxListItems = size_t{1} << 22;
+
+// Python list methods; the mutating ones return none like Python's.
+Value list_method(const Value& self, const std::string& name) {
+  if (name == "length") return Value::from_int(static_cast<int64_t>(self.array().size()));
+  if (name == "append") {
+    return bind([self](CallArgs& a) {
+      if (a.positional.size() != 1) throw JinjaError("append() takes exactly one argument");
+      if (self.array().size() >= kMaxListItems) throw JinjaError("list too long");
+      self.array_mut().push_back(a.positional[0]);
+      return Value::none();
+    });
+  }
+  if (name == "extend") {
+    return bind([self](CallArgs& a) {
+      if (a.positional.size() != 1) throw JinjaError("extend() takes exactly one argument");
+      Array more = iterate(a.positional[0]);
+      if (self.array().size() + more.size() > kMaxListItems) throw JinjaError("list too long");
+      self.array_mut().insert(self.array_mut().end(), more.begin(), more.end());
+      return Value::none();
+    });
+  }
+  if (name == "insert") {
+    return bind([self](CallArgs& a) {
+      if (a.positional.size() != 2 || !a.positional[0].is_int()) {
+        throw JinjaError("insert() takes an index and a value");
+      }
+      Array& arr = self.array_mut();
+      const auto len = static_cast<int64_t>(arr.size());
+      int64_t i = a.positional[0].as_int();
+      if (i < 0) i = std::max<int64_t>(i + len, 0);
+      arr.insert(arr.begin() + std::min(i, len), a.positional[1]);
+      return Value::none();
+    });
+  }
+  if (name == "pop") {
+    return bind([self](CallArgs& a) {
+      Array& arr = self.array_mut();
+      const int64_t at = want_int(a.get(0, "index"), "pop() index", -1);
+      const auto i = normalize_index(at, arr.size());
+      if (!i) throw JinjaError("pop index out of range");
+      Value v = arr[*i];
+      arr.erase(arr.begin() + static_cast<std::ptrdiff_t>(*i));
+      return v;
+    });
+  }
+  if (name == "index" || name == "count") {
+    const bool index = name == "index";
+    return bind([self, index](CallArgs& a) {
+      if (a.positional.size() != 1) throw JinjaError("index()/count() take one argument");
+      int64_t n = 0;
+      for (size_t i = 0; i < self.array().size(); ++i) {
+        if (!equals(self.array()[i], a.positional[0])) continue;
+        if (index) return Value::from_int(static_cast<int64_t>(i));
+        ++n;
+      }
+      if (index) throw JinjaError("value is not in list");
+      return Value::from_int(n);
+    });
+  }
+  return Value();
+}
+
 Value object_items(const Value& self) {
   Array out;
   for (const auto& [k, v] : self.object().items) {
@@ -219,15 +291,19 @@ Value object_method(const Value& self, const std::string& name) {
   if (name == "dictsort") {
     return bind([self](CallArgs& a) { return apply_filter("dictsort", self, a); });
   }
+  if (name == "update") {
+    return bind([self](CallArgs& a) {
+      if (!a.positional.empty()) {
+        if (a.positional.size() > 1 || !a.positional[0].is_attr_container()) {
+          throw JinjaError("update() takes one mapping");
+        }
+        for (const auto& [k, v] : a.positional[0].object().items) self.object_mut().set(k, v);
+      }
+      for (const auto& [k, v] : a.keyword) self.object_mut().set(k, v);
+      return Value::none();
+    });
+  }
   return Value();
-}
-
-// Python index normalisation for a sequence of length n; nullopt when out of range.
-std::optional<size_t> normalize_index(int64_t i, size_t n) {
-  const auto len = static_cast<int64_t>(n);
-  if (i < 0) i += len;
-  if (i < 0 || i >= len) return std::nullopt;
-  return static_cast<size_t>(i);
 }
 
 }  // namespace
@@ -238,9 +314,7 @@ Value get_attr(const Value& obj, const std::string& name) {
     return obj.is_object() ? object_method(obj, name) : Value();
   }
   if (obj.is_string()) return string_method(obj, name);
-  if (obj.is_array() && name == "length") {
-    return Value::from_int(static_cast<int64_t>(obj.array().size()));
-  }
+  if (obj.is_array()) return list_method(obj, name);
   return Value();
 }
 

@@ -81,7 +81,7 @@ Value Value::from_string(std::string s) {
 Value Value::from_array(Array a) {
   Value v;
   v.kind_ = Kind::kArray;
-  v.data_ = std::make_shared<const Array>(std::move(a));
+  v.data_ = std::make_shared<Array>(std::move(a));
   return v;
 }
 

@@ -101,6 +101,8 @@ class Value {
   double as_double() const;
   const std::string& str() const { return *std::get<StrPtr>(data_); }
   const Array& array() const { return *std::get<ArrPtr>(data_); }
+  // Lists and dicts are shared like Python's: list.append / dict.update change every holder.
+  Array& array_mut() const { return *std::get<ArrPtr>(data_); }
   const Object& object() const { return *std::get<ObjPtr>(data_); }
   Object& object_mut() const { return *std::get<ObjPtr>(data_); }
   const Function& function() const { return *std::get<FnPtr>(data_); }
@@ -110,7 +112,7 @@ class Value {
 
  private:
   using StrPtr = std::shared_ptr<const std::string>;
-  using ArrPtr = std::shared_ptr<const Array>;
+  using ArrPtr = std::shared_ptr<Array>;
   using ObjPtr = std::shared_ptr<Object>;
   using FnPtr = std::shared_ptr<const Function>;
 

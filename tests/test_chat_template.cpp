@@ -218,6 +218,20 @@ TEST_CASE("string methods follow Python") {
   CHECK(render("{{ '日本語'[1] }} {{ '日本語' | length }} {{ '日本語'[::-1] }}") == "本 3 語本日");
 }
 
+TEST_CASE("Python list and dict methods mutate shared values") {
+  CHECK(render(
+            "{% set xs = [1] %}{% set _ = xs.append(2) %}{{ xs.extend([3, 4]) }}{{ xs }} "
+            "{{ xs.pop() }} {{ xs.pop(0) }} {{ xs }} {{ xs.index(3) }} {{ [1, 1, 2].count(1) }}") ==
+        "[1, 2, 3, 4] 4 1 [2, 3] 1 2");
+  CHECK(render("{% set xs = ['b'] %}{% set _ = xs.insert(0, 'a') %}{{ xs | join }}") == "ab");
+  CHECK(render("{% set ns = namespace(l=[]) %}{% for i in range(3) %}{% set _ = ns.l.append(i) %}"
+               "{% endfor %}{{ ns.l }}") == "[0, 1, 2]");
+  CHECK(render("{% set d = {'a': 1} %}{% set _ = d.update({'b': 2}, c=3) %}{{ d }}") ==
+        "{\"a\": 1, \"b\": 2, \"c\": 3}");
+  CHECK(contains(error_of("{{ [].pop() }}"), "out of range"));
+  CHECK(contains(error_of("{{ [1].index(5) }}"), "not in list"));
+}
+
 TEST_CASE("undefined behaves like Jinja's default Undefined") {
   CHECK(render("[{{ nope }}][{{ nope.attr }}][{{ nope['k'] }}]") == "[][][]");
   CHECK(render("{{ nope is defined }} {{ nope is undefined }} {{ 'f' if nope else 't' }}") ==
