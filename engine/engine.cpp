@@ -37,7 +37,7 @@ Engine::Engine(Model& model, const Tokenizer& tokenizer, KvStore& store,
                  "max_model_len must be in [2, ", c.max_context, "] (the model's context), got ",
                  max_model_len_);
   TANDEM_REQUIRE(opt_.max_batch >= 1, kInvalidArgument, "max_batch must be at least 1");
-  TANDEM_REQUIRE(opt_.max_waiting >= 0, kInvalidArgument, "max_waiting must not be negative");
+  TANDEM_REQUIRE(opt_.max_waiting >= 1, kInvalidArgument, "max_waiting must be at least 1");
   TANDEM_REQUIRE(opt_.prefill_chunk >= 1, kInvalidArgument, "prefill_chunk must be at least 1");
   TANDEM_REQUIRE(opt_.step_token_budget >= 1, kInvalidArgument,
                  "step_token_budget must be at least 1");

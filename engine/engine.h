@@ -28,7 +28,8 @@ namespace tandem {
 struct EngineOptions {
   int32_t max_batch = 64;            // running sequences at most
   int32_t max_model_len = 0;         // prompt + generated tokens at most; 0: the model's context
-  int32_t max_waiting = 256;         // queued requests at most; more are refused (kOutOfMemory)
+  int32_t max_waiting = 256;         // requests queued (not yet admitted) at most; more are refused
+                                     // with kOutOfMemory
   int32_t prefill_chunk = 512;       // prompt tokens of one sequence per step at most
   int32_t step_token_budget = 2048;  // tokens per step (decodes of running sequences always run)
   uint64_t seed = 0;  // seeds the generator of per-request seeds (requests without one)

@@ -573,6 +573,57 @@ TEST_CASE("chunked prefill shares steps with decodes under the token budget", "[
   CHECK(store.device_blocks_used() == 0);
 }
 
+TEST_CASE("a sequence that cannot grow preempts the most recently admitted one", "[engine]") {
+  Setup s;
+  // 2 layers x (sink block + one window block) = 4 blocks per short sequence; 8 in the pool.
+  KvStore store(s.model->kv_shape(), hybrid_config(8), 4, 512);
+  Scheduler sched(SchedulerOptions{}, store, s.model->config().n_layer);
+  auto make = [&](uint64_t id) {
+    GenerationRequest r = greedy(std::vector<int32_t>(10, 7), 100);
+    return std::make_unique<Sequence>(id, std::move(r), std::make_shared<TokenStream>(),
+                                      stories_tokenizer(), std::vector<int32_t>{}, 0);
+  };
+  auto run = [&](const Schedule& plan) {
+    std::vector<StepSequence> batch;
+    for (const ScheduledChunk& c : plan.chunks)
+      batch.push_back(
+          {c.seq->kv.get(),
+           std::span<const int32_t>(c.seq->tokens)
+               .subspan(static_cast<size_t>(c.seq->computed()), static_cast<size_t>(c.n)),
+           false, c.decode, c.observe});
+    s.model->forward(batch);
+    for (const ScheduledChunk& c : plan.chunks)
+      if (c.last()) c.seq->tokens.push_back(9);
+  };
+  sched.add(make(0));
+  sched.add(make(1));
+  run(sched.schedule());
+  REQUIRE(sched.running().size() == 2);
+  CHECK(store.device_blocks_used() == 8);
+  sched.add(make(2));  // waits: no room
+  // At 20 tokens the first sequence needs a second window block per layer: the second goes.
+  while (sched.preemptions() == 0) {
+    const Schedule p = sched.schedule();
+    REQUIRE(!p.chunks.empty());
+    run(p);
+  }
+  REQUIRE(sched.running().size() == 1);
+  CHECK(sched.running()[0]->id == 0);
+  REQUIRE(sched.waiting().size() == 2);
+  CHECK(sched.waiting()[0]->id == 1);  // at the front, before the newer request
+  CHECK(sched.waiting()[0]->kv == nullptr);
+  CHECK(sched.waiting()[0]->generated() > 0);  // kept: recomputed from prompt + output
+  sched.retire(sched.running()[0].get());
+  // Readmitted first, prompt + output as one prefill; it now needs 6 blocks, so the newer
+  // request (4 more) still waits.
+  const Schedule p = sched.schedule();
+  REQUIRE(p.chunks.size() == 1);
+  CHECK(p.chunks[0].seq->id == 1);
+  CHECK(p.chunks[0].n == p.chunks[0].seq->size());
+  CHECK(p.chunks[0].observe);
+  CHECK(sched.waiting().size() == 1);
+}
+
 TEST_CASE("llama-tiny: batched, chunked and preempted runs equal solo runs", "[engine]") {
   Setup s("tests/fixtures/models/llama-tiny");
   std::mt19937 rng(3);
