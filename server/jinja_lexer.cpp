@@ -293,7 +293,7 @@ class Lexer {
     syntax_error(line_at(pos_), std::string("unexpected character '") + ch + "'");
   }
 
-  // Digits with an optional fraction (no fraction right after a dot: `x.0.1`).
+  // Digits with an optional fraction and exponent (neither right after a dot: `x.0.1`).
   std::string read_number() {
     const size_t start = pos_;
     while (pos_ < s_.size() && is_digit(s_[pos_])) ++pos_;
@@ -301,6 +301,16 @@ class Lexer {
         is_digit(s_[pos_ + 1])) {
       ++pos_;
       while (pos_ < s_.size() && is_digit(s_[pos_])) ++pos_;
+    }
+    // An exponent (Python Jinja's 1e16, 2.5E-3; the reference has none).
+    if (pos_ > start && !last_is(TokType::kDot) && pos_ < s_.size() &&
+        (s_[pos_] == 'e' || s_[pos_] == 'E')) {
+      size_t j = pos_ + 1;
+      if (j < s_.size() && (s_[j] == '+' || s_[j] == '-')) ++j;
+      if (j < s_.size() && is_digit(s_[j])) {
+        pos_ = j;
+        while (pos_ < s_.size() && is_digit(s_[pos_])) ++pos_;
+      }
     }
     return std::string(s_.substr(start, pos_ - start));
   }

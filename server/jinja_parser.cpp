@@ -563,7 +563,7 @@ class Parser {
     switch (tok.type) {
       case TokType::kNumber: {
         NodePtr n = make(NodeKind::kLiteral, tok.line);
-        if (tok.value.find('.') != std::string::npos) {
+        if (tok.value.find_first_of(".eE") != std::string::npos) {
           n->literal = Value::from_float(std::strtod(tok.value.c_str(), nullptr));
         } else {
           int64_t v = 0;

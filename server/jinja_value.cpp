@@ -206,11 +206,11 @@ bool equals(const Value& a, const Value& b) {
   }
 }
 
-std::string format_js_number(double d) {
-  if (std::isnan(d)) return "NaN";
-  if (std::isinf(d)) return d > 0 ? "Infinity" : "-Infinity";
-  if (d == 0) return "0";
-  // Shortest round-trip digits and decimal exponent, then ECMAScript Number::toString layout.
+std::string format_float(double d, bool json) {
+  if (std::isnan(d)) return json ? "NaN" : "nan";
+  if (std::isinf(d)) return json ? (d > 0 ? "Infinity" : "-Infinity") : (d > 0 ? "inf" : "-inf");
+  if (d == 0) return std::signbit(d) ? "-0.0" : "0.0";
+  // Shortest round-trip digits and decimal exponent, then Python's repr() layout.
   char buf[64];
   const auto res = std::to_chars(buf, buf + sizeof(buf), d, std::chars_format::scientific);
   std::string sci(buf, res.ptr);
@@ -224,31 +224,19 @@ std::string format_js_number(double d) {
   digits.erase(std::remove(digits.begin(), digits.end(), '.'), digits.end());
   const int exp10 = std::atoi(sci.c_str() + epos + 1);
   const int k = static_cast<int>(digits.size());
-  const int n = exp10 + 1;  // value = 0.digits * 10^n
-  if (k <= n && n <= 21) {
-    out += digits + std::string(n - k, '0');
-  } else if (0 < n && n <= 21) {
-    out += digits.substr(0, n) + "." + digits.substr(n);
-  } else if (-6 < n && n <= 0) {
-    out += "0." + std::string(-n, '0') + digits;
-  } else {
+  if (exp10 < -4 || exp10 >= 16) {
     out += digits.substr(0, 1);
     if (k > 1) out += "." + digits.substr(1);
-    out += (n - 1 >= 0) ? "e+" : "e-";
-    out += std::to_string(std::abs(n - 1));
+    char e[16];
+    std::snprintf(e, sizeof(e), "e%c%02d", exp10 < 0 ? '-' : '+', std::abs(exp10));
+    return out + e;
   }
-  return out;
+  if (exp10 < 0) return out + "0." + std::string(-exp10 - 1, '0') + digits;
+  if (k <= exp10 + 1) return out + digits + std::string(exp10 + 1 - k, '0') + ".0";
+  return out + digits.substr(0, exp10 + 1) + "." + digits.substr(exp10 + 1);
 }
 
 namespace {
-
-std::string format_float_output(double d) {
-  if (d == 0 && std::signbit(d)) return "-0.0";
-  if (std::isfinite(d) && std::fabs(d) < 1e21 && d == std::floor(d)) {
-    return format_js_number(d) + ".0";
-  }
-  return format_js_number(d);
-}
 
 void append_hex4(std::string& out, unsigned cp) {
   char buf[16];
@@ -373,7 +361,7 @@ void json_value(std::string& out, const Value& v, const JsonOptions& opts, int d
       return;
     case Value::Kind::kFloat: {
       const double d = v.as_float();
-      out += std::isfinite(d) ? format_js_number(d) : "null";
+      out += format_float(d, /*json=*/true);
       return;
     }
     case Value::Kind::kString:
@@ -434,7 +422,7 @@ std::string to_output_string(const Value& v) {
     case Value::Kind::kInt:
       return std::to_string(v.as_int());
     case Value::Kind::kFloat:
-      return format_float_output(v.as_float());
+      return format_float(v.as_float(), /*json=*/false);
     case Value::Kind::kString:
       return v.str();
     case Value::Kind::kArray:

@@ -126,7 +126,7 @@ bool truthy(const Value& v);
 // and objects deeply, none == undefined.
 bool equals(const Value& a, const Value& b);
 
-// How `{{ v }}` prints: strings as is, true/false, ints in decimal, floats like Python
+// How `{{ v }}` prints: strings as is, true/false, ints in decimal, floats like Python's repr
 // ("2.0", "0.5"), arrays/objects as JSON (undefined inside them as `undefined`), none and
 // undefined as "".
 std::string to_output_string(const Value& v);
@@ -142,8 +142,9 @@ struct JsonOptions {
 // between items when indenting, non-ASCII kept.
 std::string to_json(const Value& v, const JsonOptions& opts = {});
 
-// Number formatting of JavaScript's Number#toString (shortest round trip).
-std::string format_js_number(double d);
+// Python's repr() of a float (shortest round trip: 0.5, 2.0, 1e-05, 1e+16); `json` spells the
+// non-finite values like json.dumps (NaN, Infinity) instead of nan/inf.
+std::string format_float(double d, bool json);
 
 // UTF-8 helpers: strings are indexed, sliced and measured in code points.
 std::vector<std::string_view> utf8_chars(std::string_view s);

@@ -257,6 +257,11 @@ TEST_CASE("context values: extra keys, bos/eos defaults, key order") {
   CHECK(j.render(nlohmann::json::parse(ordered.dump())) ==
         "{\"description\": \"d\", \"name\": \"f\"}");  // nlohmann::json sorts keys
   CHECK(render("{{ x }} {{ y }} {{ z }}", {{"x", 1.5}, {"y", 3.0}, {"z", nullptr}}) == "1.5 3.0 ");
+  // Floats print and serialise like Python's repr / json.dumps ("minimum": 0.0 stays 0.0).
+  CHECK(render("{{ s | tojson }}", {{"s", {{"minimum", 0.0}, {"step", 0.25}, {"n", 3}}}}) ==
+        "{\"minimum\": 0.0, \"step\": 0.25, \"n\": 3}");
+  CHECK(render("{{ 1e16 }} {{ 1.5e-5 }} {{ 0.0001 }} {{ 123456789.0 }} {{ 1 / 3 }} {{ -0.5 }}",
+               ojson::object()) == "1e+16 1.5e-05 0.0001 123456789.0 0.3333333333333333 -0.5");
   CHECK(contains(error_of("{{ 1 }}", ojson::array()), "must be a JSON object"));
 }
 
