@@ -27,6 +27,7 @@ void usage() {
       "usage: tandem <command> [flags]\n"
       "  run           --model DIR --prompt TEXT [--max-tokens N] [--temperature T] [--top-p P]\n"
       "                [--top-k K] [--min-p P] [--repetition-penalty R] [--seed S] [--threads N]\n"
+      "  serve         --model DIR [--host H] [--port P] [--config FILE] [--api-key K] [kv flags]\n"
       "  perplexity    --model DIR --file TEXT [--ctx N] [--prefill N] [kv flags]\n"
       "  bench-decode  --model DIR [--batch 1,8] [--prompt-len N] [--gen N] [--threads N]\n"
       "  make-model    --shape NAME --dtype f32|bf16|f16 --out DIR (random weights, for benchmarks)\n"
@@ -50,6 +51,7 @@ int main(int argc, char** argv) {
   const std::vector<std::string> args(argv + 2, argv + argc);
   try {
     if (cmd == "run") return cmd_run(args);
+    if (cmd == "serve") return cmd_serve(args);
     if (cmd == "bench-decode") return cmd_bench_decode(args);
     if (cmd == "make-model") return cmd_make_model(args);
     if (cmd == "perplexity") return cmd_perplexity(args);

@@ -127,6 +127,18 @@ std::string ServerMetrics::render(const EngineGauges& g) const {
   metric(out, "tandem_engine_prompt_tokens_total", "counter",
          "Prefill tokens run through the model (recomputation after preemption included).",
          static_cast<double>(g.engine_prompt_tokens));
+  metric(out, "tandem_engine_generation_tokens_total", "counter",
+         "Tokens sampled by the engine (cancelled sequences included).",
+         static_cast<double>(g.engine_generation_tokens));
+  head(out, "tandem_engine_sequences_finished_total", "counter",
+       "Sequences retired by the engine, by reason.");
+  const std::pair<const char*, int64_t> reasons[] = {{"stop", g.finished_stop},
+                                                     {"length", g.finished_length},
+                                                     {"cancelled", g.finished_cancelled},
+                                                     {"error", g.finished_error}};
+  for (const auto& [reason, n] : reasons)
+    out += std::string("tandem_engine_sequences_finished_total{reason=\"") + reason + "\"} " +
+           std::to_string(n) + "\n";
   metric(out, "tandem_preemptions_total", "counter", "Sequences preempted for memory.",
          static_cast<double>(g.preemptions));
   metric(out, "tandem_step_forward_seconds_total", "counter",

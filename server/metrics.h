@@ -33,7 +33,9 @@ class Histogram {
 struct EngineGauges {
   int64_t running = 0, waiting = 0;
   int64_t steps = 0;
-  int64_t engine_prompt_tokens = 0;  // prefill tokens run (recomputation after preemption too)
+  int64_t engine_prompt_tokens = 0;      // prefill tokens run (recomputation after preemption too)
+  int64_t engine_generation_tokens = 0;  // tokens sampled (cancelled sequences included)
+  int64_t finished_stop = 0, finished_length = 0, finished_cancelled = 0, finished_error = 0;
   int64_t preemptions = 0;
   double forward_seconds = 0, step_other_seconds = 0, cpu_attention_seconds = 0;
   int64_t kv_device_blocks_used = 0, kv_device_blocks_total = 0;

@@ -1,0 +1,341 @@
+// HttpServer: routes, bearer authentication, OpenAI error objects for every failure (httplib's
+// own 404/413 included), and the response pump that moves TokenEvents to the client while
+// watching the socket.
+#include "server/http_server.h"
+
+#include <httplib.h>
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+#include <sys/socket.h>
+
+#include <chrono>
+#include <ctime>
+#include <random>
+
+namespace tandem {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using openai::ApiError;
+
+constexpr auto kPoll = std::chrono::milliseconds(20);  // how long the pump waits for an event
+constexpr auto kSocketCheck = std::chrono::milliseconds(20);
+
+std::shared_ptr<spdlog::logger> logger() {
+  static std::shared_ptr<spdlog::logger> log = [] {
+    auto l = spdlog::get("server");
+    return l ? l : spdlog::stderr_color_mt("server");
+  }();
+  return log;
+}
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+std::string random_id(const char* prefix) {
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  static const char* hex = "0123456789abcdef";
+  std::string s = prefix;
+  for (int i = 0; i < 24; ++i) s += hex[rng() & 15];
+  return s;
+}
+
+void reply(httplib::Response& res, const ApiError& e) {
+  res.status = e.status;
+  res.set_content(openai::error_json(e), "application/json");
+}
+
+ApiError server_error(int status, std::string message, std::string code) {
+  ApiError e;
+  e.status = status;
+  e.type = status >= 500 ? "server_error" : "invalid_request_error";
+  e.message = std::move(message);
+  e.code = std::move(code);
+  return e;
+}
+
+// The metrics label of a path: the known routes, else "other".
+std::string route_label(const std::string& path) {
+  for (const char* r :
+       {"/v1/chat/completions", "/v1/completions", "/v1/models", "/health", "/metrics"})
+    if (path == r) return r;
+  return "other";
+}
+
+bool same_secret(const std::string& a, const std::string& b) {
+  if (a.size() != b.size()) return false;
+  unsigned char d = 0;
+  for (size_t i = 0; i < a.size(); ++i) d |= static_cast<unsigned char>(a[i] ^ b[i]);
+  return d == 0;
+}
+
+}  // namespace
+
+// One generation request in flight: its streams and the encoder of its response.
+struct Job {
+  bool stream = false;
+  Clock::time_point t0;
+  std::vector<std::shared_ptr<TokenStream>> streams;
+  std::vector<int64_t> prompt_len;  // per choice
+  std::vector<double> ttft;         // per choice; < 0 until the first token
+  std::unique_ptr<openai::ResponseEncoder> enc;
+
+  void cancel_unfinished() {
+    for (size_t i = 0; i < streams.size(); ++i)
+      if (!enc->finished(i)) streams[i]->cancel();
+  }
+};
+
+// httplib's server, with access to its listening socket: 0.11 listens with a backlog of 5,
+// which drops the SYNs of a burst of clients (they retry after a second); bind() raises it.
+class ListeningServer : public httplib::Server {
+ public:
+  int listen_fd() const { return static_cast<int>(svr_sock_); }
+};
+
+struct HttpServer::Impl {
+  ListeningServer http;
+
+  // Writes the response of a job; returns false when the client went away (its sequences are
+  // cancelled then).
+  static bool pump(HttpServer& self, Job& job, httplib::DataSink& sink);
+  static void on_event(HttpServer& self, Job& job, size_t i, const TokenEvent& ev,
+                       std::string& out);
+  static void generate(HttpServer& self, const httplib::Request& req, httplib::Response& res,
+                       openai::Endpoint endpoint);
+};
+
+void HttpServer::Impl::on_event(HttpServer& self, Job& job, size_t i, const TokenEvent& ev,
+                                std::string& out) {
+  const double t = seconds_since(job.t0);
+  if (!ev.tokens.empty() && job.ttft[i] < 0) job.ttft[i] = t;
+  if (job.stream)
+    out += job.enc->sse_event(i, ev);
+  else
+    job.enc->add(i, ev);
+  if (ev.finish == FinishReason::kStop || ev.finish == FinishReason::kLength)
+    self.metrics_.sequence_done(job.prompt_len[i], ev.completion_tokens, job.ttft[i], t);
+}
+
+bool HttpServer::Impl::pump(HttpServer& self, Job& job, httplib::DataSink& sink) {
+  auto write = [&](const std::string& s) { return s.empty() || sink.write(s.data(), s.size()); };
+  auto gone = [&] {
+    job.cancel_unfinished();
+    logger()->debug("client went away; {} sequence(s) cancelled", job.streams.size());
+    return false;
+  };
+  openai::ResponseEncoder& enc = *job.enc;
+  if (job.stream && !write(enc.sse_start())) return gone();
+  auto last_check = Clock::now();
+  std::string out;
+  while (!enc.all_finished() && !enc.error()) {
+    bool progressed = false;
+    TokenEvent ev;
+    for (size_t i = 0; i < job.streams.size(); ++i) {
+      while (!enc.finished(i) && job.streams[i]->next(ev, std::chrono::milliseconds(0))) {
+        on_event(self, job, i, ev, out);
+        progressed = true;
+      }
+    }
+    if (!progressed) {
+      // Nothing ready: wait on the first unfinished stream (events of the others wait for the
+      // next round; a round is one poll interval at most).
+      for (size_t i = 0; i < job.streams.size(); ++i) {
+        if (enc.finished(i)) continue;
+        if (job.streams[i]->next(ev, kPoll)) on_event(self, job, i, ev, out);
+        break;
+      }
+    }
+    if (!write(out)) return gone();
+    out.clear();
+    if (Clock::now() - last_check >= kSocketCheck) {
+      // is_writable also peeks the socket: false once the client closed it.
+      if (!sink.is_writable()) return gone();
+      last_check = Clock::now();
+    }
+  }
+  if (enc.error()) {
+    job.cancel_unfinished();
+    logger()->warn("generation failed: {}", enc.error()->message);
+  }
+  if (!write(job.stream ? enc.sse_end() : enc.body())) return gone();
+  sink.done();
+  return true;
+}
+
+void HttpServer::Impl::generate(HttpServer& self, const httplib::Request& req,
+                                httplib::Response& res, openai::Endpoint endpoint) {
+  const auto t0 = Clock::now();
+  if (self.stopping_.load())
+    return reply(res, server_error(503, "the server is shutting down", "service_unavailable"));
+  auto parsed =
+      openai::parse_request(endpoint, req.body, self.opt_.sampling_defaults, self.opt_.limits);
+  if (auto* e = std::get_if<ApiError>(&parsed)) return reply(res, *e);
+  const openai::ApiRequest& api = std::get<openai::ApiRequest>(parsed);
+  auto planned = openai::plan_request(api, self.model_);
+  if (auto* e = std::get_if<ApiError>(&planned)) return reply(res, *e);
+  openai::Plan& plan = std::get<openai::Plan>(planned);
+
+  auto job = std::make_shared<Job>();
+  job->stream = api.stream;
+  job->t0 = t0;
+  const size_t n = plan.choices.size();
+  job->ttft.assign(n, -1.0);
+  for (const GenerationRequest& g : plan.choices)
+    job->prompt_len.push_back(static_cast<int64_t>(g.prompt.size()));
+  job->enc = std::make_unique<openai::ResponseEncoder>(
+      api, plan, random_id(endpoint == openai::Endpoint::kChat ? "chatcmpl-" : "cmpl-"),
+      static_cast<int64_t>(std::time(nullptr)), self.model_.served_name);
+  for (size_t i = 0; i < n; ++i) {
+    try {
+      job->streams.push_back(self.hooks_.submit(std::move(plan.choices[i])));
+    } catch (const Error& e) {
+      for (auto& s : job->streams) s->cancel();
+      ApiError err = openai::error_for_kind(e.kind(), e.what());
+      if (e.kind() == ErrorKind::kOutOfMemory)
+        err.message = cat("the server is busy: ", e.what(), "; retry later");
+      return reply(res, err);
+    } catch (const std::exception& e) {
+      for (auto& s : job->streams) s->cancel();
+      return reply(res, server_error(500, cat("internal error: ", e.what()), "internal_error"));
+    }
+  }
+
+  ++self.active_;
+  if (job->stream) res.set_header("Cache-Control", "no-cache");
+  res.set_chunked_content_provider(
+      job->stream ? "text/event-stream" : "application/json",
+      [&self, job](size_t, httplib::DataSink& sink) { return pump(self, *job, sink); },
+      [&self, job](bool) {
+        // Always runs when the response is dropped, also if the provider never ran.
+        job->cancel_unfinished();
+        --self.active_;
+      });
+}
+
+HttpServer::HttpServer(HttpOptions options, openai::ModelInfo model, ServerHooks hooks)
+    : impl_(std::make_unique<Impl>()),
+      opt_(std::move(options)),
+      model_(std::move(model)),
+      hooks_(std::move(hooks)),
+      created_(static_cast<int64_t>(std::time(nullptr))) {
+  httplib::Server& http = impl_->http;
+  const int threads = std::max(1, opt_.threads);
+  http.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
+  http.set_payload_max_length(opt_.max_body_bytes);
+  http.set_keep_alive_timeout(opt_.keep_alive_seconds);
+  http.set_tcp_nodelay(true);
+
+  // Every handler catches everything: a failure is a 500 error object, never an exception.
+  auto guarded = [](auto fn) {
+    return [fn](const httplib::Request& req, httplib::Response& res) {
+      try {
+        fn(req, res);
+      } catch (const std::exception& e) {
+        logger()->error("{} {}: {}", req.method, req.path, e.what());
+        reply(res, server_error(500, cat("internal error: ", e.what()), "internal_error"));
+      } catch (...) {
+        reply(res, server_error(500, "internal error", "internal_error"));
+      }
+    };
+  };
+
+  http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    if (opt_.api_key.empty() || req.path == "/health")
+      return httplib::Server::HandlerResponse::Unhandled;
+    const std::string auth = req.get_header_value("Authorization");
+    const std::string prefix = "Bearer ";
+    if (auth.size() > prefix.size() && auth.compare(0, prefix.size(), prefix) == 0 &&
+        same_secret(auth.substr(prefix.size()), opt_.api_key))
+      return httplib::Server::HandlerResponse::Unhandled;
+    ApiError e = server_error(
+        401, auth.empty() ? "missing API key: send 'Authorization: Bearer KEY'" : "invalid API key",
+        "invalid_api_key");
+    reply(res, e);
+    return httplib::Server::HandlerResponse::Handled;
+  });
+
+  http.Post("/v1/chat/completions", guarded([this](const auto& req, auto& res) {
+              Impl::generate(*this, req, res, openai::Endpoint::kChat);
+            }));
+  http.Post("/v1/completions", guarded([this](const auto& req, auto& res) {
+              Impl::generate(*this, req, res, openai::Endpoint::kCompletions);
+            }));
+  http.Get("/v1/models", guarded([this](const auto&, auto& res) {
+             res.set_content(
+                 openai::models_json(model_.served_name, created_, model_.max_model_len),
+                 "application/json");
+           }));
+  http.Get("/health", guarded([this](const auto&, auto& res) {
+             if (stopping_.load()) {
+               reply(res, server_error(503, "the server is shutting down", "service_unavailable"));
+               return;
+             }
+             res.set_content("{\"status\":\"ok\"}", "application/json");
+           }));
+  http.Get("/metrics", guarded([this](const auto&, auto& res) {
+             const EngineGauges g = hooks_.gauges ? hooks_.gauges() : EngineGauges{};
+             res.set_content(metrics_.render(g), "text/plain; version=0.0.4; charset=utf-8");
+           }));
+
+  // httplib's own failures (no route, body too large, bad request line) and anything a handler
+  // left without a body become OpenAI error objects.
+  http.set_error_handler(httplib::Server::HandlerWithResponse(
+      [this](const httplib::Request& req, httplib::Response& res) {
+        if (!res.body.empty() || res.content_provider_)
+          return httplib::Server::HandlerResponse::Unhandled;
+        ApiError e = server_error(res.status, cat("HTTP error ", res.status), "");
+        if (res.status == 404) {
+          e.message = cat("Invalid URL (", req.method, " ", req.path, ")");
+          e.code = "unknown_url";
+        } else if (res.status == 413) {
+          e.message = cat("the request body is larger than ", opt_.max_body_bytes, " bytes");
+          e.code = "request_too_large";
+        } else if (res.status == 400) {
+          e.message = "malformed HTTP request";
+        }
+        reply(res, e);
+        return httplib::Server::HandlerResponse::Handled;
+      }));
+  http.set_exception_handler(
+      [](const httplib::Request&, httplib::Response& res, std::exception_ptr) {
+        reply(res, server_error(500, "internal error", "internal_error"));
+      });
+  http.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
+    metrics_.request_done(route_label(req.path), res.status);
+    logger()->debug("{} {} -> {}", req.method, req.path, res.status);
+  });
+}
+
+HttpServer::~HttpServer() = default;
+
+int HttpServer::bind() {
+  ListeningServer& http = impl_->http;
+  int port = opt_.port;
+  if (port == 0) {
+    port = http.bind_to_any_port(opt_.host);
+    TANDEM_REQUIRE(port > 0, kIo, "cannot bind ", opt_.host, " on any port");
+  } else {
+    TANDEM_REQUIRE(http.bind_to_port(opt_.host, port), kIo, "cannot bind ", opt_.host, ":", port,
+                   " (in use, or not a local address?)");
+  }
+  // Re-listening on a listening socket only changes its backlog.
+  TANDEM_REQUIRE(::listen(impl_->http.listen_fd(), SOMAXCONN) == 0, kIo, "listen() failed");
+  opt_.port = port;
+  return port;
+}
+
+void HttpServer::run() {
+  logger()->info("listening on http://{}:{} (model '{}', max_model_len {})", opt_.host, opt_.port,
+                 model_.served_name, model_.max_model_len);
+  impl_->http.listen_after_bind();
+}
+
+void HttpServer::stop() {
+  stopping_.store(true);
+  impl_->http.stop();
+}
+
+}  // namespace tandem

@@ -1,0 +1,71 @@
+// HttpServer: the OpenAI-compatible HTTP front of Tandem, with cpp-httplib hidden behind this
+// one class. Routes: POST /v1/chat/completions, POST /v1/completions, GET /v1/models,
+// GET /health, GET /metrics. Handlers never throw: every failure is an OpenAI error object.
+// Responses to generation requests are written by a content provider that polls the request's
+// TokenStreams and the client socket, so a client that goes away — streaming or not — cancels
+// its sequences at once. The engine is reached only through ServerHooks.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "engine/request.h"
+#include "server/metrics.h"
+#include "server/openai_codec.h"
+
+namespace tandem {
+
+struct HttpOptions {
+  std::string host = "127.0.0.1";
+  int port = 8000;                   // 0: any free port (see bind())
+  std::string api_key;               // empty: no authentication
+  size_t max_body_bytes = 8u << 20;  // larger bodies get 413
+  int threads = 64;                  // HTTP worker threads (one per open connection)
+  int keep_alive_seconds = 3;        // idle keep-alive connections are closed after this
+  openai::CodecLimits limits;
+  SamplingParams sampling_defaults;  // the model's generation config
+};
+
+// What the server needs from the engine.
+struct ServerHooks {
+  // Queues one sequence; throws tandem::Error (kInvalidArgument 400, kOutOfMemory 429).
+  std::function<std::shared_ptr<TokenStream>(GenerationRequest)> submit;
+  std::function<EngineGauges()> gauges;
+};
+
+class HttpServer {
+ public:
+  // model.tokenizer (and chat_template, when set) must outlive the server.
+  HttpServer(HttpOptions options, openai::ModelInfo model, ServerHooks hooks);
+  ~HttpServer();
+  HttpServer(const HttpServer&) = delete;
+  HttpServer& operator=(const HttpServer&) = delete;
+
+  // Binds host:port and returns the port (the chosen one for port 0); throws tandem::Error.
+  int bind();
+  // Serves until stop(); returns once every in-flight request has ended.
+  void run();
+  // Thread-safe: stops accepting connections; requests in flight go on until their sequences
+  // end (the caller cancels them through the engine to hurry). New generation requests on
+  // kept-alive connections get 503.
+  void stop();
+  // Generation responses being written now.
+  int64_t active_generations() const { return active_.load(); }
+  const ServerMetrics& metrics() const { return metrics_; }
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+  HttpOptions opt_;
+  openai::ModelInfo model_;
+  ServerHooks hooks_;
+  ServerMetrics metrics_;
+  std::atomic<bool> stopping_{false};
+  std::atomic<int64_t> active_{0};
+  int64_t created_ = 0;  // the model's "created" time (server start)
+};
+
+}  // namespace tandem
