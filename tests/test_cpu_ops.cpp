@@ -162,11 +162,12 @@ TEST_CASE("matmul matches float64 for every weight dtype and odd sizes", "[cpu][
   struct Shape {
     int64_t m, k;
   };
-  const Shape shapes[] = {{37, 67}, {64, 256}, {19, 1003}, {5, 3}};
+  const Shape shapes[] = {
+      {37, 67}, {64, 256}, {19, 1003}, {5, 3}, {7, 4501}};  // 4501: prefetching path
   uint32_t seed = 1;
   for (DType wt : kFloatTypes)
     for (const Shape& s : shapes)
-      for (int64_t n : {1, 3, 16, 17, 130})
+      for (int64_t n : {1, 2, 3, 4, 16, 17, 130})
         for (bool with_bias : {false, true}) {
           INFO("w " << dtype_name(wt) << " m=" << s.m << " k=" << s.k << " n=" << n
                     << " bias=" << with_bias);
