@@ -1,18 +1,16 @@
-// HostAttention: batch planning (split items into parts sized to the cores), execution on the
-// arena (one root task per batch, enqueued through the batch's task_group, running a
-// parallel_for over its tasks), merging of split parts, completion and error propagation.
+// HostAttention: batch planning (split items into parts sized to the cores, largest tasks first),
+// execution on the arena (a root task per batch, enqueued through the batch's task_group, spawns
+// runners that pull tasks from an atomic counter), merging of split parts, completion and error
+// propagation.
 //
-// Synchronisation is also written with std::atomic and std::mutex of this file (not left to
-// oneTBB's internals alone) so the thread sanitizer sees every happens-before edge: submit
-// publishes the batch with a release store that every task acquires; each task ends with an
-// acq_rel increment that the root task acquires before it sets `done` under the batch mutex, which
-// wait() reads after the task_group wait; the parts of a split item count down an acq_rel counter
-// and the last one merges.
+// Synchronisation is written with std::atomic and std::mutex of this file (not left to oneTBB's
+// internals) so it is explicit: submit publishes the batch with a release store that every
+// runner acquires; the parts of a split item count down an acq_rel counter and the last one
+// merges; every task counts down the batch's acq_rel counter and the last one runs on_done and
+// sets `done` under the batch mutex, which wait() reads after the task_group wait.
 #include "cpu_attn/host_attention.h"
 
-#include <tbb/blocked_range.h>
 #include <tbb/info.h>
-#include <tbb/parallel_for.h>
 #include <tbb/task_group.h>
 
 #include <algorithm>
@@ -36,6 +34,7 @@ struct HostAttention::Batch {
     int32_t item;
     int32_t part;    // index of the part, 0 when the item is not split
     int32_t b0, b1;  // blocks [b0, b1) of parts_blocks; b0 < 0: the item's own blocks
+    int64_t rows;    // selected rows, to start the largest tasks first
   };
   struct Split {
     int32_t n_parts = 1;
@@ -52,9 +51,10 @@ struct HostAttention::Batch {
   std::function<void()> on_done;
 
   std::atomic<bool> published{false};
-  std::atomic<int64_t> tasks_done{0};
+  std::atomic<size_t> next_task{0};   // the next task a runner takes
+  std::atomic<size_t> tasks_left{0};  // tasks not finished; the one that ends at 0 completes
 
-  tbb::task_group tg;     // holds the root task; wait() helps run the arena's tasks through it
+  tbb::task_group tg;     // the batch's runners; wait() helps run the arena's tasks through it
   mutable std::mutex mu;  // guards done and error
   bool done = false;
   std::exception_ptr error;
@@ -158,7 +158,7 @@ HostAttention::Ticket HostAttention::submit(std::vector<HostAttnItem> items,
     sp.n_parts = static_cast<int32_t>(n_parts);
     b->parts_left[i].store(sp.n_parts, std::memory_order_relaxed);
     if (n_parts == 1) {
-      b->tasks.push_back({static_cast<int32_t>(i), 0, -1, -1});
+      b->tasks.push_back({static_cast<int32_t>(i), 0, -1, -1, rows[i]});
       continue;
     }
     sp.scratch = scratch;
@@ -166,11 +166,16 @@ HostAttention::Ticket HostAttention::submit(std::vector<HostAttnItem> items,
     const int64_t per = (rows[i] + n_parts - 1) / n_parts;
     for (int64_t p = 0; p < n_parts; ++p) {
       const int32_t b0 = static_cast<int32_t>(b->parts_blocks.size());
-      slice_rows(it.blocks, p * per, std::min(rows[i], (p + 1) * per), row_bytes, &b->parts_blocks);
+      const int64_t r0 = p * per, r1 = std::min(rows[i], (p + 1) * per);
+      slice_rows(it.blocks, r0, r1, row_bytes, &b->parts_blocks);
       b->tasks.push_back({static_cast<int32_t>(i), static_cast<int32_t>(p), b0,
-                          static_cast<int32_t>(b->parts_blocks.size())});
+                          static_cast<int32_t>(b->parts_blocks.size()), r1 - r0});
     }
   }
+  // Largest first, so the tail of the batch is made of small tasks (stable: reproducible order).
+  std::stable_sort(b->tasks.begin(), b->tasks.end(),
+                   [](const Batch::Task& x, const Batch::Task& y) { return x.rows > y.rows; });
+  b->tasks_left.store(b->tasks.size(), std::memory_order_relaxed);
   b->part_lse.resize(static_cast<size_t>(scratch));
   b->part_o.resize(static_cast<size_t>(scratch * head_dim_));
   b->items = std::move(items);
@@ -191,19 +196,28 @@ HostAttention::Ticket HostAttention::submit(std::vector<HostAttnItem> items,
 }
 
 void HostAttention::run_batch(Batch& b) {
+  b.published.load(std::memory_order_acquire);
   const size_t n = b.tasks.size();
+  if (n == 0) return finish_batch(b);
+  // Runners pull tasks from a shared counter; one per worker that can help, this one included.
+  // They join the batch's task_group, so wait() returns once the last one has finished.
+  const size_t runners = std::min(n, static_cast<size_t>(threads_));
   try {
-    b.published.load(std::memory_order_acquire);
-    tbb::parallel_for(tbb::blocked_range<size_t>(0, n, 1),
-                      [&](const tbb::blocked_range<size_t>& r) {
-                        for (size_t t = r.begin(); t != r.end(); ++t) run_task(b, t);
-                      });
-  } catch (...) {
-    b.fail(std::current_exception());
+    for (size_t r = 1; r < runners; ++r) b.tg.run([this, &b] { run_tasks(b); });
+  } catch (...) {  // could not spawn (out of memory): this runner does the rest
   }
-  if (b.tasks_done.load(std::memory_order_acquire) != static_cast<int64_t>(n))
-    b.fail(std::make_exception_ptr(
-        Error(ErrorKind::kInternal, "host attention: batch ended with tasks not run")));
+  run_tasks(b);
+}
+
+void HostAttention::run_tasks(Batch& b) {
+  b.published.load(std::memory_order_acquire);
+  const size_t n = b.tasks.size();
+  for (size_t t = b.next_task.fetch_add(1, std::memory_order_relaxed); t < n;
+       t = b.next_task.fetch_add(1, std::memory_order_relaxed))
+    run_task(b, t);
+}
+
+void HostAttention::finish_batch(Batch& b) {
   if (b.on_done) {
     try {
       b.on_done();
@@ -252,7 +266,8 @@ void HostAttention::run_task(Batch& b, size_t t) {
   const auto ns =
       std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0);
   busy_ns_.fetch_add(ns.count(), std::memory_order_relaxed);
-  b.tasks_done.fetch_add(1, std::memory_order_acq_rel);
+  // The task that finishes last sees every other task's writes (acq_rel) and completes the batch.
+  if (b.tasks_left.fetch_sub(1, std::memory_order_acq_rel) == 1) finish_batch(b);
 }
 
 std::shared_ptr<HostAttention::Batch> HostAttention::find(Ticket t) const {

@@ -74,7 +74,9 @@ class HostAttention {
  private:
   std::shared_ptr<Batch> find(Ticket t) const;
   void run_batch(Batch& b);
+  void run_tasks(Batch& b);
   void run_task(Batch& b, size_t t);
+  void finish_batch(Batch& b);
 
   int threads_;
   int32_t head_dim_;

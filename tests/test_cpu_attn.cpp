@@ -10,6 +10,7 @@
 #include <cstring>
 #include <limits>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "cpu_attn/host_attention.h"
@@ -103,7 +104,7 @@ struct HeadKv {
         const char* k0 = kb[b].data();
         const char* kr = static_cast<const char*>(r.k);
         const ptrdiff_t off = kr - k0;
-        if (off < 0 || off > static_cast<ptrdiff_t>(kb[b].size())) continue;
+        if (off < 0 || off >= static_cast<ptrdiff_t>(kb[b].size())) continue;  // strictly inside
         const int64_t r0 = off / (d * dtype_size(t));
         for (int32_t i = 0; i < r.rows(); ++i) {
           const int64_t row = r0 + (r.idx != nullptr ? r.idx[i] : i);
@@ -398,8 +399,7 @@ TEST_CASE("HostAttention: ready, empty batches, destruction with batches in flig
     const auto t = ha.submit({HostAttnItem{q.data(), G, o.data(), lse.data(), head.refs}});
     ha.wait(t);
     const auto t2 = ha.submit({HostAttnItem{q.data(), G, o.data(), lse.data(), head.refs}});
-    while (!ha.ready(t2)) {
-    }
+    while (!ha.ready(t2)) std::this_thread::yield();
     ha.wait(t2);
     // Left in flight: the destructor waits for it.
     ha.submit({HostAttnItem{q.data(), G, o.data(), lse.data(), head.refs}});
