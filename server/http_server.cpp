@@ -75,6 +75,7 @@ bool same_secret(const std::string& a, const std::string& b) {
 
 // One generation request in flight: its streams and the encoder of its response.
 struct Job {
+  std::string route;
   bool stream = false;
   Clock::time_point t0;
   std::vector<std::shared_ptr<TokenStream>> streams;
@@ -123,6 +124,8 @@ bool HttpServer::Impl::pump(HttpServer& self, Job& job, httplib::DataSink& sink)
   auto write = [&](const std::string& s) { return s.empty() || sink.write(s.data(), s.size()); };
   auto gone = [&] {
     job.cancel_unfinished();
+    self.metrics_.client_gone();
+    self.metrics_.request_done(job.route, 200);  // the status line went out before
     logger()->debug("client went away; {} sequence(s) cancelled", job.streams.size());
     return false;
   };
@@ -160,7 +163,12 @@ bool HttpServer::Impl::pump(HttpServer& self, Job& job, httplib::DataSink& sink)
     job.cancel_unfinished();
     logger()->warn("generation failed: {}", enc.error()->message);
   }
-  if (!write(job.stream ? enc.sse_end() : enc.body())) return gone();
+  const std::string last = job.stream ? enc.sse_end() : enc.body();
+  self.metrics_.request_done(job.route, 200);
+  if (!write(last)) {
+    job.cancel_unfinished();
+    return false;
+  }
   sink.done();
   return true;
 }
@@ -179,6 +187,7 @@ void HttpServer::Impl::generate(HttpServer& self, const httplib::Request& req,
   openai::Plan& plan = std::get<openai::Plan>(planned);
 
   auto job = std::make_shared<Job>();
+  job->route = route_label(req.path);
   job->stream = api.stream;
   job->t0 = t0;
   const size_t n = plan.choices.size();
@@ -229,8 +238,10 @@ HttpServer::HttpServer(HttpOptions options, openai::ModelInfo model, ServerHooks
   http.set_tcp_nodelay(true);
 
   // Every handler catches everything: a failure is a 500 error object, never an exception.
-  auto guarded = [](auto fn) {
-    return [fn](const httplib::Request& req, httplib::Response& res) {
+  // Requests are counted before their response goes out (a client that reads /metrics after a
+  // response sees it counted); responses written by a content provider count themselves.
+  auto guarded = [this](auto fn) {
+    return [this, fn](const httplib::Request& req, httplib::Response& res) {
       try {
         fn(req, res);
       } catch (const std::exception& e) {
@@ -239,6 +250,8 @@ HttpServer::HttpServer(HttpOptions options, openai::ModelInfo model, ServerHooks
       } catch (...) {
         reply(res, server_error(500, "internal error", "internal_error"));
       }
+      if (!res.content_provider_)
+        metrics_.request_done(route_label(req.path), res.status == -1 ? 200 : res.status);
     };
   };
 
@@ -254,6 +267,7 @@ HttpServer::HttpServer(HttpOptions options, openai::ModelInfo model, ServerHooks
         401, auth.empty() ? "missing API key: send 'Authorization: Bearer KEY'" : "invalid API key",
         "invalid_api_key");
     reply(res, e);
+    metrics_.request_done(route_label(req.path), e.status);
     return httplib::Server::HandlerResponse::Handled;
   });
 
@@ -297,14 +311,15 @@ HttpServer::HttpServer(HttpOptions options, openai::ModelInfo model, ServerHooks
           e.message = "malformed HTTP request";
         }
         reply(res, e);
+        metrics_.request_done(route_label(req.path), e.status);
         return httplib::Server::HandlerResponse::Handled;
       }));
   http.set_exception_handler(
-      [](const httplib::Request&, httplib::Response& res, std::exception_ptr) {
+      [this](const httplib::Request& req, httplib::Response& res, std::exception_ptr) {
         reply(res, server_error(500, "internal error", "internal_error"));
+        metrics_.request_done(route_label(req.path), 500);
       });
-  http.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
-    metrics_.request_done(route_label(req.path), res.status);
+  http.set_logger([](const httplib::Request& req, const httplib::Response& res) {
     logger()->debug("{} {} -> {}", req.method, req.path, res.status);
   });
 }

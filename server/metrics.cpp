@@ -75,6 +75,11 @@ void ServerMetrics::request_done(const std::string& route, int status) {
   ++requests_[{route, status}];
 }
 
+void ServerMetrics::client_gone() {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++disconnects_;
+}
+
 void ServerMetrics::sequence_done(int64_t prompt_tokens, int64_t completion_tokens, double ttft,
                                   double e2e) {
   std::lock_guard<std::mutex> lock(mu_);
@@ -104,6 +109,9 @@ std::string ServerMetrics::render(const EngineGauges& g) const {
     for (const auto& [key, n] : requests_)
       out += "tandem_http_requests_total{route=\"" + key.first + "\",status=\"" +
              std::to_string(key.second) + "\"} " + std::to_string(n) + "\n";
+    metric(out, "tandem_http_disconnects_total", "counter",
+           "Clients that hung up before their response ended (their sequences were cancelled).",
+           static_cast<double>(disconnects_));
     metric(out, "tandem_prompt_tokens_total", "counter", "Prompt tokens of finished sequences.",
            static_cast<double>(prompt_tokens_));
     metric(out, "tandem_generation_tokens_total", "counter",

@@ -47,6 +47,7 @@ class ServerMetrics {
   ServerMetrics();
 
   void request_done(const std::string& route, int status);
+  void client_gone();  // a client hung up before its response ended (its sequences cancelled)
   // One finished sequence: its token counts and latencies in seconds (ttft < 0: no token came).
   void sequence_done(int64_t prompt_tokens, int64_t completion_tokens, double ttft, double e2e);
   // The Prometheus text, engine gauges included.
@@ -58,6 +59,7 @@ class ServerMetrics {
   mutable std::mutex mu_;
   std::map<std::pair<std::string, int>, int64_t> requests_;
   int64_t prompt_tokens_ = 0, generation_tokens_ = 0;
+  int64_t disconnects_ = 0;
   Histogram ttft_, tpot_, e2e_;
 };
 

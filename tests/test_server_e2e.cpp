@@ -742,6 +742,7 @@ TEST_CASE("e2e: clients that hang up free their KV", "[e2e][disconnect]") {
   const double cancelled0 =
       metric_now("tandem_engine_sequences_finished_total{reason=\"cancelled\"}");
   const double gen0 = metric_now("tandem_engine_generation_tokens_total");
+  const double gone0 = metric_now("tandem_http_disconnects_total");
   const json body = {{"prompt", "Once upon a time"},
                      {"max_tokens", 480},
                      {"ignore_eos", true},
@@ -790,6 +791,7 @@ TEST_CASE("e2e: clients that hang up free their KV", "[e2e][disconnect]") {
   CHECK(metric(m, "tandem_kv_host_blocks_used") == 0);
   CHECK(metric(m, "tandem_engine_sequences_finished_total{reason=\"cancelled\"}") - cancelled0 ==
         20);
+  CHECK(metric(m, "tandem_http_disconnects_total") - gone0 == 20);
   // They were cut short: far fewer tokens than 20 x 480.
   CHECK(metric(m, "tandem_engine_generation_tokens_total") - gen0 < 20 * 480 / 2);
   // And the server still serves.
