@@ -10,6 +10,8 @@
 // sets `done` under the batch mutex, which wait() reads after the task_group wait.
 #include "cpu_attn/host_attention.h"
 
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
 #include <tbb/info.h>
 #include <tbb/task_group.h>
 
@@ -23,6 +25,14 @@
 
 namespace tandem {
 namespace {
+
+std::shared_ptr<spdlog::logger> logger() {
+  static std::shared_ptr<spdlog::logger> log = [] {
+    auto l = spdlog::get("cpu_attn");
+    return l ? l : spdlog::stderr_color_mt("cpu_attn");
+  }();
+  return log;
+}
 
 constexpr int64_t kTasksPerThread = 4;        // aim for this many tasks per worker
 constexpr int64_t kMinPartBytes = 256 << 10;  // never split into parts reading less K+V than this
@@ -109,6 +119,8 @@ HostAttention::HostAttention(int threads, int32_t head_dim, float scale, DType k
   TANDEM_CHECK(head_dim >= 8 && head_dim % 8 == 0, "host attention head_dim ", head_dim);
   TANDEM_CHECK(kv_dtype == DType::kF32 || kv_dtype == DType::kF16 || kv_dtype == DType::kBF16,
                "host attention KV dtype ", dtype_name(kv_dtype));
+  logger()->debug("host attention: {} threads, head_dim {}, KV {}", threads_, head_dim_,
+                  dtype_name(kv_dtype_));
 }
 
 HostAttention::~HostAttention() {

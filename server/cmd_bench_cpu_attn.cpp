@@ -1,0 +1,319 @@
+// `tandem bench-cpu-attn`: bytes of host KV scanned per second by HostAttention under the `full`
+// policy (every row of every host block), for one thread and for all cores, at several contexts,
+// batch sizes and KV dtypes, next to the machine's read bandwidth measured by the same run.
+// Prints one JSON object per line. Not a test: the result is validated against a float64
+// reference once per configuration before anything is timed.
+//
+// The KV is laid out as the host store does (per block: K and V each [n_head_kv, block, head_dim])
+// and is replicated over enough "layers" that one timed round (one call per layer) reads at least
+// --footprint-mb, so the figures are memory bandwidth, not last-level-cache bandwidth.
+#include <sys/mman.h>
+#include <tbb/info.h>
+#include <tbb/parallel_for.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cpu_attn/host_attention.h"
+#include "kernels/common.h"
+#include "kernels/cpu/membw.h"
+#include "kernels/dtype.h"
+#include "server/cli.h"
+
+namespace tandem {
+namespace {
+
+std::vector<std::string> split_list(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ','))
+    if (!item.empty()) out.push_back(item);
+  TANDEM_REQUIRE(!out.empty(), kInvalidArgument, "empty list \"", s, "\"");
+  return out;
+}
+
+std::vector<int64_t> int_list(const std::string& s, int64_t lo) {
+  std::vector<int64_t> out;
+  for (const std::string& item : split_list(s)) {
+    try {
+      out.push_back(std::stoll(item));
+    } catch (...) {
+      TANDEM_FAIL(kInvalidArgument, "bad list element \"", item, "\"");
+    }
+    TANDEM_REQUIRE(out.back() >= lo, kInvalidArgument, "list element ", out.back(), " < ", lo);
+  }
+  return out;
+}
+
+DType kv_dtype_of(const std::string& s) {
+  if (s == "f32") return DType::kF32;
+  if (s == "bf16") return DType::kBF16;
+  if (s == "f16") return DType::kF16;
+  TANDEM_FAIL(kInvalidArgument, "KV dtype must be f32, bf16 or f16, not \"", s, "\"");
+}
+
+// The 1-minute load average: on a shared machine, what else was running during a figure.
+double load_average() {
+  std::ifstream in("/proc/loadavg");
+  double l = -1;
+  in >> l;
+  return l;
+}
+
+float value_at(DType t, const char* base, int64_t i) {
+  if (t == DType::kF32) return reinterpret_cast<const float*>(base)[i];
+  const uint16_t h = reinterpret_cast<const uint16_t*>(base)[i];
+  return t == DType::kF16 ? f16_to_f32(h) : bf16_to_f32(h);
+}
+
+struct Shape {
+  int32_t n_head_kv, G, d, block;
+  DType t;
+  int64_t batch, context;
+
+  int64_t blocks_per_seq() const { return (context + block - 1) / block; }
+  int64_t block_bytes() const { return 2 * int64_t{n_head_kv} * block * d * dtype_size(t); }
+  int64_t layer_bytes() const { return batch * blocks_per_seq() * block_bytes(); }
+};
+
+// One layer of host KV for a batch: blocks of each sequence, filled with random values in
+// [-1, 1], and per (sequence, KV head) the block refs of the `full` policy.
+struct HostLayer {
+  struct Free {
+    void operator()(char* p) const { std::free(p); }
+  };
+  std::unique_ptr<char, Free> mem;
+  std::vector<std::vector<HostBlockRef>> refs;  // [batch * n_head_kv]
+
+  // huge_pages: 2 MiB aligned and madvise(MADV_HUGEPAGE), as a host store could allocate its
+  // pool; otherwise 4 KiB pages (what a plain aligned_alloc gives).
+  HostLayer(const Shape& s, uint64_t seed, bool huge_pages) {
+    constexpr size_t kHuge = size_t{2} << 20;
+    const size_t bytes = (static_cast<size_t>(s.layer_bytes()) + kHuge - 1) / kHuge * kHuge;
+    mem.reset(static_cast<char*>(std::aligned_alloc(kHuge, bytes)));
+    TANDEM_REQUIRE(mem != nullptr, kOutOfMemory, "bench-cpu-attn: cannot allocate ", bytes);
+    madvise(mem.get(), bytes, huge_pages ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
+    char* base = mem.get();
+    const int64_t bb = s.block_bytes(), es = dtype_size(s.t);
+    const int64_t n_blocks = s.batch * s.blocks_per_seq();
+    // Fill in parallel (first touch by the workers), one generator per block.
+    tbb::parallel_for(int64_t{0}, n_blocks, [&](int64_t b) {
+      uint64_t x =
+          seed * 0x9e3779b97f4a7c15ull + static_cast<uint64_t>(b) * 0xbf58476d1ce4e5b9ull + 1;
+      char* p = base + b * bb;
+      const int64_t n = bb / es;
+      for (int64_t i = 0; i < n; ++i) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        const float v = static_cast<float>(static_cast<int64_t>(x >> 40) - (1 << 23)) / (1 << 23);
+        if (s.t == DType::kF32) {
+          reinterpret_cast<float*>(p)[i] = v;
+        } else {
+          reinterpret_cast<uint16_t*>(p)[i] = s.t == DType::kF16 ? f32_to_f16(v) : f32_to_bf16(v);
+        }
+      }
+    });
+    const int64_t half = bb / 2, head_bytes = int64_t{s.block} * s.d * es;
+    for (int64_t q = 0; q < s.batch; ++q)
+      for (int32_t h = 0; h < s.n_head_kv; ++h) {
+        std::vector<HostBlockRef> r;
+        for (int64_t j = 0; j < s.blocks_per_seq(); ++j) {
+          const char* blk = base + (q * s.blocks_per_seq() + j) * bb;
+          const int32_t rows =
+              static_cast<int32_t>(std::min<int64_t>(s.block, s.context - j * s.block));
+          r.push_back(HostBlockRef{blk + h * head_bytes, blk + half + h * head_bytes, rows});
+        }
+        refs.push_back(std::move(r));
+      }
+  }
+};
+
+// Largest relative error (o rows and lse) of items [0, n) against float64 attention.
+double validate(const Shape& s, const HostLayer& layer, const std::vector<float>& q,
+                const std::vector<float>& o, const std::vector<float>& lse, float scale,
+                const std::vector<size_t>& items) {
+  double worst = 0;
+  const int32_t G = s.G, d = s.d;
+  for (size_t it : items) {
+    const auto& refs = layer.refs[it];
+    for (int32_t g = 0; g < G; ++g) {
+      const float* qg = q.data() + (it * G + static_cast<size_t>(g)) * static_cast<size_t>(d);
+      std::vector<double> sc;
+      double m = -std::numeric_limits<double>::infinity();
+      for (const HostBlockRef& r : refs)
+        for (int32_t j = 0; j < r.n; ++j) {
+          double a = 0;
+          for (int32_t c = 0; c < d; ++c)
+            a += double{qg[c]} * value_at(s.t, static_cast<const char*>(r.k), int64_t{j} * d + c);
+          sc.push_back(a * scale);
+          m = std::max(m, sc.back());
+        }
+      std::vector<double> acc(static_cast<size_t>(d), 0.0);
+      double sum = 0;
+      size_t k = 0;
+      for (const HostBlockRef& r : refs)
+        for (int32_t j = 0; j < r.n; ++j, ++k) {
+          const double p = std::exp(sc[k] - m);
+          sum += p;
+          for (int32_t c = 0; c < d; ++c)
+            acc[static_cast<size_t>(c)] +=
+                p * value_at(s.t, static_cast<const char*>(r.v), int64_t{j} * d + c);
+        }
+      const float* og = o.data() + (it * G + static_cast<size_t>(g)) * static_cast<size_t>(d);
+      double diff = 0, mag = 0;
+      for (int32_t c = 0; c < d; ++c) {
+        const double ref = acc[static_cast<size_t>(c)] / sum;
+        diff = std::max(diff, std::abs(og[c] - ref));
+        mag = std::max(mag, std::abs(ref));
+      }
+      const double ref_lse = m + std::log(sum);
+      worst = std::max(worst, diff / std::max(mag, 1e-30));
+      worst = std::max(worst, std::abs(lse[it * G + static_cast<size_t>(g)] - ref_lse) /
+                                  std::max(1.0, std::abs(ref_lse)));
+    }
+  }
+  return worst;
+}
+
+}  // namespace
+
+int cmd_bench_cpu_attn(const std::vector<std::string>& args) {
+  using Clock = std::chrono::steady_clock;
+  const Flags f(args,
+                {"contexts", "batch", "dtypes", "heads-kv", "group", "head-dim", "block", "threads",
+                 "min-time", "footprint-mb", "max-layer-mb", "bw-bytes"},
+                {"huge-pages"});
+  const bool huge_pages = f.flag("huge-pages");
+  const auto contexts = int_list(f.str("contexts", "4096,8192,16384,32768,65536"), 1);
+  const auto batches = int_list(f.str("batch", "1,4"), 1);
+  const auto thread_list = int_list(f.str("threads", "1,0"), 0);
+  const int32_t hkv = static_cast<int32_t>(f.integer("heads-kv", 8, 1, 256));
+  const int32_t G = static_cast<int32_t>(f.integer("group", 4, 1, 64));
+  const int32_t d = static_cast<int32_t>(f.integer("head-dim", 128, 8, 1024));
+  const int32_t block = static_cast<int32_t>(f.integer("block", 64, 1, 1 << 16));
+  const double min_time = f.number("min-time", 0.5, 0.0, 600.0);
+  const int64_t footprint = f.integer("footprint-mb", 1024, 1, 1 << 20) << 20;
+  const int64_t max_layer = f.integer("max-layer-mb", 2048, 1, 1 << 20) << 20;
+  const size_t bw_bytes =
+      static_cast<size_t>(f.integer("bw-bytes", 1 << 30, 1 << 20, int64_t{1} << 36));
+  TANDEM_REQUIRE(d % 8 == 0, kInvalidArgument, "--head-dim must be a multiple of 8");
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+  const int cores = tbb::info::default_concurrency();
+
+  // Read bandwidth for each thread count of the run.
+  nlohmann::json bw_json = nlohmann::json::object();
+  std::vector<double> bw(thread_list.size());
+  for (size_t i = 0; i < thread_list.size(); ++i) {
+    const int nt = thread_list[i] == 0 ? cores : static_cast<int>(thread_list[i]);
+    bw[i] = measure_read_bandwidth_gbs(bw_bytes, nt);
+    bw_json[std::to_string(nt)] = bw[i];
+  }
+  std::printf(
+      "%s\n",
+      nlohmann::json({{"cores", cores}, {"read_bw_gbs", bw_json}, {"bw_buffer_bytes", bw_bytes}})
+          .dump()
+          .c_str());
+  std::fflush(stdout);
+
+  for (const std::string& dt : split_list(f.str("dtypes", "bf16,f32"))) {
+    const DType t = kv_dtype_of(dt);
+    for (int64_t batch : batches)
+      for (int64_t ctx : contexts) {
+        const Shape s{hkv, G, d, block, t, batch, ctx};
+        if (s.layer_bytes() > max_layer) {
+          std::printf("%s\n", nlohmann::json({{"skipped", true},
+                                              {"kv_dtype", dt},
+                                              {"batch", batch},
+                                              {"context", ctx},
+                                              {"layer_bytes", s.layer_bytes()}})
+                                  .dump()
+                                  .c_str());
+          continue;
+        }
+        const int64_t n_layers =
+            std::max<int64_t>(1, (footprint + s.layer_bytes() - 1) / s.layer_bytes());
+        std::vector<HostLayer> layers;
+        for (int64_t l = 0; l < n_layers; ++l)
+          layers.emplace_back(s, static_cast<uint64_t>(l + 1), huge_pages);
+        const size_t n_items = static_cast<size_t>(batch * hkv);
+        std::vector<float> q(n_items * G * d), o(q.size()), lse(n_items * G);
+        uint64_t x = 42;
+        for (float& v : q) {
+          x = x * 6364136223846793005ull + 1442695040888963407ull;
+          v = static_cast<float>(static_cast<int64_t>(x >> 40) - (1 << 23)) / (1 << 22);
+        }
+        auto items_of = [&](const HostLayer& layer) {
+          std::vector<HostAttnItem> items;
+          for (size_t i = 0; i < n_items; ++i)
+            items.push_back(
+                {q.data() + i * G * d, G, o.data() + i * G * d, lse.data() + i * G, layer.refs[i]});
+          return items;
+        };
+        const int64_t bytes = s.layer_bytes();
+
+        for (size_t ti = 0; ti < thread_list.size(); ++ti) {
+          HostAttention ha(static_cast<int>(thread_list[ti]), d, scale, t);
+          // Validate once (first and last item) before timing.
+          ha.wait(ha.submit(items_of(layers[0])));
+          const double err = validate(s, layers[0], q, o, lse, scale, {0, n_items - 1});
+          TANDEM_REQUIRE(err < 1e-5, kInternal, "bench-cpu-attn: result off by ", err,
+                         " against the float64 reference");
+          // Bandwidth right before timing, with the same thread count: on a shared machine the
+          // load changes over a run, so each figure is compared with what memory gave just then.
+          const double bw_now = measure_read_bandwidth_gbs(bw_bytes, ha.threads());
+          std::vector<double> secs;
+          double total = 0;
+          for (int64_t r = 0; total < min_time || r < std::max<int64_t>(3, n_layers); ++r) {
+            const auto items = items_of(layers[static_cast<size_t>(r % n_layers)]);
+            const auto t0 = Clock::now();
+            ha.wait(ha.submit(items));
+            const double dt_s = std::chrono::duration<double>(Clock::now() - t0).count();
+            secs.push_back(dt_s);
+            total += dt_s;
+          }
+          std::sort(secs.begin(), secs.end());
+          const double med = secs[secs.size() / 2], best = secs.front();
+          const double gbs = static_cast<double>(bytes) / med / 1e9;
+          const double gbs_best = static_cast<double>(bytes) / best / 1e9;
+          std::printf("%s\n", nlohmann::json({{"policy", "full"},
+                                              {"kv_dtype", dt},
+                                              {"batch", batch},
+                                              {"context", ctx},
+                                              {"n_head_kv", hkv},
+                                              {"group", G},
+                                              {"head_dim", d},
+                                              {"block", block},
+                                              {"threads", ha.threads()},
+                                              {"kv_bytes_per_call", bytes},
+                                              {"layers_rotated", n_layers},
+                                              {"calls", secs.size()},
+                                              {"ms_per_call_median", med * 1e3},
+                                              {"ms_per_call_best", best * 1e3},
+                                              {"kv_gbs_median", gbs},
+                                              {"kv_gbs_best", gbs_best},
+                                              {"read_bw_gbs_start", bw[ti]},
+                                              {"read_bw_gbs_adjacent", bw_now},
+                                              {"fraction_of_bw_best", gbs_best / bw_now},
+                                              {"fraction_of_bw_median", gbs / bw_now},
+                                              {"huge_pages", huge_pages},
+                                              {"load_avg_1m", load_average()},
+                                              {"max_rel_err", err}})
+                                  .dump()
+                                  .c_str());
+          std::fflush(stdout);
+        }
+      }
+  }
+  return 0;
+}
+
+}  // namespace tandem
