@@ -17,6 +17,7 @@ namespace {
 struct Scope {
   Scope* parent = nullptr;
   std::unordered_map<std::string, Value> vars;
+  bool captured = false;  // a macro or caller closure may reach this scope
 };
 
 enum class Flow : uint8_t { kNormal, kBreak, kContinue };
@@ -193,6 +194,20 @@ class Interpreter {
     return &scopes_.back();
   }
 
+  // A closure keeps `s` and its ancestors alive until the end of the render.
+  static void capture(Scope* s) {
+    for (; s != nullptr && !s->captured; s = s->parent) s->captured = true;
+  }
+
+  // Frees the scopes made since `mark` (a finished loop or macro call) unless a closure may
+  // reach one, so long loops of macro calls do not pile up scopes.
+  void release(size_t mark) {
+    for (size_t i = mark; i < scopes_.size(); ++i) {
+      if (scopes_[i].captured) return;
+    }
+    scopes_.resize(mark);
+  }
+
   void step() {
     if (++steps_ > limits_.max_steps) throw JinjaError("too many loop iterations or macro calls");
   }
@@ -241,12 +256,14 @@ class Interpreter {
       }
       case NodeKind::kMacro: {
         const Node* node = &n;
+        capture(scope);
         scope->vars[n.name] = Value::from_function(
             [this, node, scope](CallArgs& args) { return call_body(*node, scope, args); });
         return Flow::kNormal;
       }
       case NodeKind::kCallBlock: {
         const Node* node = &n;
+        capture(scope);
         Value caller = Value::from_function(
             [this, node, scope](CallArgs& args) { return call_body(*node, scope, args); });
         const Node& call = *n.a;
@@ -294,6 +311,7 @@ class Interpreter {
   }
 
   Flow exec_for(const Node& n, Scope* scope, std::string& out) {
+    const size_t mark = scopes_.size();
     Scope* loop_scope = new_scope(scope);
     Array items = iterate(eval(*n.b, loop_scope));
     if (n.c) {
@@ -329,6 +347,7 @@ class Interpreter {
       if (exec_block(n.body, loop_scope, out) == Flow::kBreak) break;
     }
     if (items.empty()) exec_block(n.else_body, loop_scope, out);
+    release(mark);
     return Flow::kNormal;
   }
 
@@ -360,6 +379,7 @@ class Interpreter {
       int* d;
       ~Exit() { --*d; }
     } exit{&depth_};
+    const size_t mark = scopes_.size();
     Scope* s = new_scope(def_scope);
     const std::vector<Arg>& params = node.args;
     std::vector<bool> bound(params.size(), false);
@@ -396,6 +416,7 @@ class Interpreter {
     s->vars["kwargs"] = Value::from_object(std::move(kwargs));
     std::string out;
     exec_block(node.body, s, out);
+    release(mark);
     return Value::from_string(std::move(out));
   }
 

@@ -184,6 +184,10 @@ TEST_CASE("macros and call blocks") {
                "}}") == "2v");
   CHECK(render("{% macro box() %}[{{ caller() }}]{% endmacro %}{% call box() %}in{% endcall %}") ==
         "[in]");
+  // A macro defined in a loop keeps the loop's scope alive after the loop ends.
+  CHECK(render("{% set ns = namespace() %}{% for i in [7] %}{% macro m() %}i={{ i }}{% endmacro %}"
+               "{% set ns.m = m %}{% endfor %}{% for j in range(3) %}{% endfor %}{{ ns.m() }}") ==
+        "i=7");
   CHECK(render("{% macro rec(n) %}{% if n > 0 %}{{ n }}{{ rec(n - 1) }}{% endif %}{% endmacro %}"
                "{{ rec(3) }}") == "321");
 }
