@@ -81,12 +81,9 @@ bool template_string(const nlohmann::json& cfg, const fs::path& path, std::strin
 
 ChatTemplate::ChatTemplate(const std::string& source, std::string bos_token, std::string eos_token)
     : source_(source), bos_token_(std::move(bos_token)), eos_token_(std::move(eos_token)) {
-  program_ = jinja::parse_template(jinja::tokenize(source_));
+  program_ = std::make_shared<const std::vector<jinja::NodePtr>>(
+      jinja::parse_template(jinja::tokenize(source_)));
 }
-
-ChatTemplate::~ChatTemplate() = default;
-ChatTemplate::ChatTemplate(ChatTemplate&&) noexcept = default;
-ChatTemplate& ChatTemplate::operator=(ChatTemplate&&) noexcept = default;
 
 const char* ChatTemplate::fallback_source() { return kChatMl; }
 
@@ -139,7 +136,7 @@ std::string ChatTemplate::render_json(const Json& ctx) const {
   if (vars.find("eos_token") == nullptr) {
     vars.set("eos_token", jinja::Value::from_string(eos_token_));
   }
-  return jinja::render(program_, vars);
+  return jinja::render(*program_, vars);
 }
 
 std::string ChatTemplate::render(const nlohmann::json& ctx) const { return render_json(ctx); }

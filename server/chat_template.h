@@ -20,11 +20,9 @@ class ChatTemplate {
  public:
   // Parses once; throws tandem::Error (kInvalidArgument) "chat template syntax error at line
   // N: ..." on a syntax error. bos/eos are the tokens render() adds when ctx lacks them.
+  // Copies share the parsed template (immutable); render() may run on many threads at once.
   explicit ChatTemplate(const std::string& source, std::string bos_token = "",
                         std::string eos_token = "");
-  ~ChatTemplate();
-  ChatTemplate(ChatTemplate&&) noexcept;
-  ChatTemplate& operator=(ChatTemplate&&) noexcept;
 
   // Loads dir/tokenizer_config.json: chat_template (a string, or a list of {name, template}
   // from which "default" is taken), bos_token/eos_token (a string or {"content": ...}). When the
@@ -58,7 +56,7 @@ class ChatTemplate {
   std::string bos_token_;
   std::string eos_token_;
   bool fallback_ = false;
-  std::vector<std::unique_ptr<jinja::Node>> program_;
+  std::shared_ptr<const std::vector<std::unique_ptr<jinja::Node>>> program_;
 };
 
 }  // namespace tandem

@@ -332,7 +332,8 @@ TEST_CASE("huge indices are out of range, not exceptions of another type") {
 }
 
 TEST_CASE("renders concurrently from one parsed template") {
-  const ChatTemplate t(ChatTemplate::fallback_source());
+  const ChatTemplate original(ChatTemplate::fallback_source());
+  const ChatTemplate t = original;  // copies share the parse tree
   const ojson ctx = {{"messages", msgs({{"user", "hi"}})}, {"add_generation_prompt", true}};
   const std::string want = "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n";
   std::vector<std::thread> threads;
