@@ -312,6 +312,67 @@ Value apply_filter(const std::string& name, const Value& v, CallArgs& a) {
     return select_filter(v, a, /*by_attr=*/false, /*keep=*/name == "select");
   }
   if (name == "map") return map_filter(v, a);
+  if (name == "min" || name == "max") {
+    const Array items = iterate(v);
+    if (items.empty()) return Value();
+    const bool case_sensitive = flag(a, 0, "case_sensitive", false);
+    const Value* attribute = arg(a, 1, "attribute");
+    const auto key = [&](const Value& x) {
+      return attribute && attribute->is_string() ? attribute_path(x, attribute->str()) : x;
+    };
+    size_t best = 0;
+    for (size_t i = 1; i < items.size(); ++i) {
+      const int c = compare_values(key(items[i]), key(items[best]), case_sensitive);
+      if (name == "min" ? c < 0 : c > 0) best = i;
+    }
+    return items[best];
+  }
+  if (name == "sum") {
+    const Value* attribute = arg(a, 0, "attribute");
+    const Value* start = arg(a, 1, "start");
+    Value total = start ? *start : Value::from_int(0);
+    for (const Value& item : iterate(v)) {
+      const Value x =
+          attribute && attribute->is_string() ? attribute_path(item, attribute->str()) : item;
+      if (!(x.is_number() || x.is_bool()) || !(total.is_number() || total.is_bool())) {
+        throw JinjaError("sum needs numbers");
+      }
+      if (total.is_int() && x.is_int()) {
+        int64_t r = 0;
+        if (!__builtin_add_overflow(total.as_int(), x.as_int(), &r)) {
+          total = Value::from_int(r);
+          continue;
+        }
+      }
+      total = Value::from_float(total.as_double() + x.as_double());
+    }
+    return total;
+  }
+  if (name == "escape" || name == "e") {
+    std::string out;
+    for (const char c : text_of(name, v)) {
+      switch (c) {
+        case '&':
+          out += "&amp;";
+          break;
+        case '<':
+          out += "&lt;";
+          break;
+        case '>':
+          out += "&gt;";
+          break;
+        case '"':
+          out += "&#34;";
+          break;
+        case '\'':
+          out += "&#39;";
+          break;
+        default:
+          out.push_back(c);
+      }
+    }
+    return Value::from_string(std::move(out));
+  }
   throw JinjaError("unknown filter '" + name + "'");
 }
 

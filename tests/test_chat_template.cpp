@@ -202,6 +202,13 @@ TEST_CASE("filters beyond the reference: round, d, count, select, map by filter"
   CHECK(render("{{ ['a', 'b'] | map('upper') | join }}") == "AB");
   CHECK(render("{{ 'hello' | reverse }} {{ 'ab' | list }} {{ {'x': 1} | list }}") ==
         "olleh [\"a\", \"b\"] [\"x\"]");
+  CHECK(
+      render("{{ [3, 1, 2] | min }} {{ ['b', 'A'] | max }} {{ [1, 2.5] | sum }} {{ [] | min }}") ==
+      "1 b 3.5 ");
+  CHECK(render("{{ xs | sum(attribute='n') }} {{ (xs | max(attribute='n')).n }}",
+               {{"xs", {{{"n", 2}}, {{"n", 5}}}}}) == "7 5");
+  CHECK(render("{{ '<a href=\"x\">&\\'</a>' | e }}") ==
+        "&lt;a href=&#34;x&#34;&gt;&amp;&#39;&lt;/a&gt;");
   CHECK(contains(error_of("{{ 'x' | no_such_filter }}"), "unknown filter 'no_such_filter'"));
 }
 
