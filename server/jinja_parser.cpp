@@ -423,11 +423,31 @@ class Parser {
         ++pos_;
       }
       n->name = expect(TokType::kIdentifier, "a test name").value;
-      if (is(TokType::kOpenParen)) n->args = parse_args(/*parameters=*/false);
+      if (is(TokType::kOpenParen)) {
+        n->args = parse_args(/*parameters=*/false);
+      } else if (bare_test_argument_follows()) {  // Jinja2: `x is divisibleby 3`
+        Arg arg;
+        arg.value = parse_postfix(parse_primary());
+        n->args.push_back(std::move(arg));
+      }
       n->a = std::move(operand);
       operand = checked(std::move(n));
     }
     return operand;
+  }
+
+  // Jinja2 takes one argument without parentheses after a test name when a literal, a name
+  // (other than and/or/else and the like) or a list/dict follows.
+  bool bare_test_argument_follows() const {
+    if (is(TokType::kString) || is(TokType::kNumber) || is(TokType::kOpenBracket) ||
+        is(TokType::kOpenBrace)) {
+      return true;
+    }
+    if (!is(TokType::kIdentifier)) return false;
+    for (const char* kw : {"and", "or", "else", "if", "in", "is", "not"}) {
+      if (t_[pos_].value == kw) return false;
+    }
+    return true;
   }
 
   NodePtr parse_filter() {

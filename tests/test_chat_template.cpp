@@ -209,6 +209,9 @@ TEST_CASE("filters beyond the reference: round, d, count, select, map by filter"
                {{"xs", {{{"n", 2}}, {{"n", 5}}}}}) == "7 5");
   CHECK(render("{{ '<a href=\"x\">&\\'</a>' | e }}") ==
         "&lt;a href=&#34;x&#34;&gt;&amp;&#39;&lt;/a&gt;");
+  CHECK(render("{{ 9 is divisibleby 3 }} {{ x is sameas false }} {{ 'a' is in ['a'] }} "
+               "{{ 2 is eq(2) }} {{ 1 is ge 2 }} {{ 'y' if x is sameas false else 'n' }}",
+               {{"x", false}}) == "true true true true false y");
   CHECK(contains(error_of("{{ 'x' | no_such_filter }}"), "unknown filter 'no_such_filter'"));
 }
 
