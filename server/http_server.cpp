@@ -256,6 +256,15 @@ HttpServer::HttpServer(HttpOptions options, openai::ModelInfo model, ServerHooks
   };
 
   http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    // Bodies are JSON whatever the client says. `curl -d` sends form-urlencoded, which httplib
+    // caps at 8 KB (a long prompt would get 413), so that content type is replaced before the
+    // body is read. The request object is httplib's own non-const local: the cast is sound.
+    if (req.method == "POST" &&
+        req.get_header_value("Content-Type").rfind("application/x-www-form-urlencoded", 0) == 0) {
+      auto& headers = const_cast<httplib::Request&>(req).headers;
+      headers.erase("Content-Type");
+      headers.emplace("Content-Type", "application/json");
+    }
     if (opt_.api_key.empty() || req.path == "/health")
       return httplib::Server::HandlerResponse::Unhandled;
     const std::string auth = req.get_header_value("Authorization");

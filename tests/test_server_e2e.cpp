@@ -733,6 +733,14 @@ TEST_CASE("e2e: API key, unknown routes and oversize bodies", "[e2e][errors]") {
   const size_t body_at = resp.find("\r\n\r\n");
   REQUIRE(body_at != std::string::npos);
   CHECK(json::parse(resp.substr(body_at + 4))["error"]["code"] == "request_too_large");
+  // `curl -d` labels bodies form-urlencoded, which httplib would cap at 8 KB: still parsed.
+  std::string prompt;
+  for (int i = 0; i < 800; ++i) prompt += "The dog ran. ";
+  auto form = c->Post("/v1/completions", json{{"prompt", prompt}}.dump(),
+                      "application/x-www-form-urlencoded");
+  REQUIRE(form);
+  CHECK(error_of(Reply{form->status, form->body, json::parse(form->body, nullptr, false)},
+                 400)["code"] == "context_length_exceeded");
   // A body just under the limit is read and parsed (and is bad JSON here).
   error_of(post(*c, "/v1/completions", std::string(150000, ' ') + "{"), 400);
 }
