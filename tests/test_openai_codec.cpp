@@ -159,6 +159,20 @@ TEST_CASE("codec: completion prompt forms", "[codec]") {
   CHECK(std::get<ApiError>(p).param == "prompt");
 }
 
+TEST_CASE("codec: echo", "[codec]") {
+  // Completions: the prompt text; chat: the last message when it is the assistant's (vLLM).
+  const Plan c = plan_ok(ok(Endpoint::kCompletions, R"({"prompt": ["a b", "c"], "echo": true})"));
+  CHECK(c.echo == std::vector<std::string>{"a b", "c"});
+  const Plan chat = plan_ok(ok(Endpoint::kChat, R"({"echo": true, "messages": [
+      {"role": "user", "content": "x"}, {"role": "assistant", "content": "Once"}]})"));
+  CHECK(chat.echo == std::vector<std::string>{"Once"});
+  const Plan user_last = plan_ok(
+      ok(Endpoint::kChat, R"({"echo": true, "messages": [{"role": "user", "content": "x"}]})"));
+  CHECK(user_last.echo == std::vector<std::string>{""});
+  const Plan off = plan_ok(ok(Endpoint::kCompletions, R"({"prompt": "a"})"));
+  CHECK(off.echo == std::vector<std::string>{""});
+}
+
 TEST_CASE("codec: malformed bodies", "[codec]") {
   CHECK(bad(Endpoint::kChat, "{not json").message.find("not valid JSON") != std::string::npos);
   CHECK(bad(Endpoint::kChat, "[1,2]").status == 400);
