@@ -69,9 +69,8 @@ class HostAttention {
   int32_t head_dim() const { return head_dim_; }
   DType kv_dtype() const { return kv_dtype_; }
 
-  struct Batch;  // defined in host_attention.cpp
-
  private:
+  struct Batch;  // defined in host_attention.cpp
   std::shared_ptr<Batch> find(Ticket t) const;
   void run_batch(Batch& b);
   void run_tasks(Batch& b);
