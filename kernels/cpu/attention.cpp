@@ -24,6 +24,44 @@ constexpr int64_t kKeyBlock = 64;       // keys scored per block of the online s
 constexpr int64_t kMinTasks = 32;       // split keys while (rows x kv heads) is below this
 constexpr int64_t kMinSplitKeys = 512;  // but never into chunks smaller than this
 
+// Prefetch of the row_bytes at p into L1. A head's key rows are Hkv * d elements apart, a
+// pattern the hardware prefetchers follow poorly, so each row is requested well before use.
+inline void prefetch_row(const void* p, int64_t row_bytes) {
+  for (int64_t b = 0; b < row_bytes; b += 64)
+    _mm_prefetch(static_cast<const char*>(p) + b, _MM_HINT_T0);
+}
+
+// o[g, :] += sum_{jj < nb} p[g * kKeyBlock + jj] * v[jj * v_s0, :] for G rows of o (o_hs apart):
+// for each 8-column slice the G sums stay in registers over the nb value rows (L1-resident).
+template <typename EV, int G>
+inline void accumulate_v(const typename EV::T* v, int64_t v_s0, int64_t nb, const float* p,
+                         float* o, int64_t o_hs, int64_t d) {
+  int64_t c = 0;
+  for (; c + 8 <= d; c += 8) {
+    __m256 acc[G];
+#pragma GCC unroll 4
+    for (int g = 0; g < G; ++g) acc[g] = _mm256_setzero_ps();
+    for (int64_t jj = 0; jj < nb; ++jj) {
+      const __m256 vv = EV::load8(v + jj * v_s0 + c);
+#pragma GCC unroll 4
+      for (int g = 0; g < G; ++g)
+        acc[g] = _mm256_fmadd_ps(_mm256_broadcast_ss(p + g * kKeyBlock + jj), vv, acc[g]);
+    }
+#pragma GCC unroll 4
+    for (int g = 0; g < G; ++g) {
+      float* oc = o + g * o_hs + c;
+      _mm256_storeu_ps(oc, _mm256_add_ps(_mm256_loadu_ps(oc), acc[g]));
+    }
+  }
+  for (; c < d; ++c) {
+    for (int g = 0; g < G; ++g) {
+      float acc = 0.0f;
+      for (int64_t jj = 0; jj < nb; ++jj) acc += p[g * kKeyBlock + jj] * EV::get(v + jj * v_s0 + c);
+      o[g * o_hs + c] += acc;
+    }
+  }
+}
+
 struct AttnArgs {
   const float* q;
   int64_t q_s0, q_s1;  // strides in elements
@@ -57,9 +95,15 @@ void attend(const AttnArgs& a, int64_t i, int64_t g, int64_t j0, int64_t j1, flo
   }
   const TK* kbase = reinterpret_cast<const TK*>(a.k) + g * a.k_s1;
   const TV* vbase = reinterpret_cast<const TV*>(a.v) + g * a.v_s1;
+  const int64_t k_row_bytes = d * static_cast<int64_t>(sizeof(TK));
+  const int64_t v_row_bytes = d * static_cast<int64_t>(sizeof(TV));
+  for (int64_t j = j0; j < std::min(j1, j0 + 4); ++j) prefetch_row(kbase + j * a.k_s0, k_row_bytes);
   for (int64_t jb = j0; jb < j1; jb += kKeyBlock) {
     const int64_t nb = std::min(kKeyBlock, j1 - jb);
     for (int64_t jj = 0; jj < nb; ++jj) {
+      // Key rows 4 ahead; this block's value rows, used after its softmax.
+      if (jb + jj + 4 < j1) prefetch_row(kbase + (jb + jj + 4) * a.k_s0, k_row_bytes);
+      prefetch_row(vbase + (jb + jj) * a.v_s0, v_row_bytes);
       cpu::convert_to_f32<EK>(kbase + (jb + jj) * a.k_s0, kf, d);
       for (int64_t r = 0; r < rep; ++r)
         sc[r * kKeyBlock + jj] = a.scale * cpu::dot_f32(q0 + r * a.q_s1, kf, d);
@@ -93,22 +137,14 @@ void attend(const AttnArgs& a, int64_t i, int64_t g, int64_t j0, int64_t j1, flo
       }
       sum[r] += part;
     }
-    for (int64_t jj = 0; jj < nb; ++jj) {
-      const TV* vr = vbase + (jb + jj) * a.v_s0;
-      int64_t c = 0;
-      for (; c + 8 <= d; c += 8) {
-        const __m256 vv = EV::load8(vr + c);
-        for (int64_t r = 0; r < rep; ++r) {
-          float* oc = o + r * o_hs + c;
-          _mm256_storeu_ps(
-              oc, _mm256_fmadd_ps(_mm256_set1_ps(sc[r * kKeyBlock + jj]), vv, _mm256_loadu_ps(oc)));
-        }
-      }
-      for (; c < d; ++c) {
-        const float vc = EV::get(vr + c);
-        for (int64_t r = 0; r < rep; ++r) o[r * o_hs + c] += sc[r * kKeyBlock + jj] * vc;
-      }
-    }
+    // o[r] += sum_jj p[r][jj] * v[jj], G query heads at a time so the sums stay in registers.
+    int64_t r = 0;
+    for (; r + 4 <= rep; r += 4)
+      accumulate_v<EV, 4>(vbase + jb * a.v_s0, a.v_s0, nb, sc + r * kKeyBlock, o + r * o_hs, o_hs,
+                          d);
+    for (; r < rep; ++r)
+      accumulate_v<EV, 1>(vbase + jb * a.v_s0, a.v_s0, nb, sc + r * kKeyBlock, o + r * o_hs, o_hs,
+                          d);
   }
   for (int64_t r = 0; r < rep; ++r) {
     if (sum[r] == 0.0f) {  // no visible key: the empty partial (o is still 0)
