@@ -2,6 +2,7 @@
 // pass over the scheduled chunks, then samples, detokenises and streams per sequence.
 #include "engine/engine.h"
 
+#include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -12,6 +13,14 @@ namespace tandem {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+std::shared_ptr<spdlog::logger> logger() {
+  static std::shared_ptr<spdlog::logger> log = [] {
+    auto l = spdlog::get("engine");
+    return l ? l : spdlog::stderr_color_mt("engine");
+  }();
+  return log;
+}
 
 double seconds(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
@@ -155,7 +164,7 @@ void Engine::loop() {
       step();
     } catch (const std::exception& e) {
       // A bug outside the guarded parts of the step: fail what is running and go on.
-      spdlog::error("engine: step failed: {}", e.what());
+      logger()->error("step failed: {}", e.what());
       std::vector<Sequence*> running;
       for (const auto& s : scheduler_.running()) running.push_back(s.get());
       for (Sequence* s : running) fail(s, FinishReason::kError, e.what());
@@ -219,7 +228,7 @@ void Engine::step() {
   } catch (const std::exception& e) {
     // The KV of every sequence of the step may be half written: the whole batch fails.
     const auto t2 = Clock::now();
-    spdlog::error("engine: forward failed for a batch of {}: {}", batch.size(), e.what());
+    logger()->error("forward failed for a batch of {}: {}", batch.size(), e.what());
     for (const ScheduledChunk& c : plan.chunks)
       fail(c.seq, FinishReason::kError, cat("the model step failed: ", e.what()));
     publish(seconds(t1, t2), seconds(t0, Clock::now()) - seconds(t1, t2), 0, 0, true);
@@ -237,7 +246,7 @@ void Engine::step() {
       const FinishReason r = advance(*c.seq, rows + static_cast<int64_t>(i) * vocab_);
       if (r != FinishReason::kNone) retire(c.seq, r);
     } catch (const std::exception& e) {
-      spdlog::error("engine: request {} failed: {}", c.seq->id, e.what());
+      logger()->error("request {} failed: {}", c.seq->id, e.what());
       fail(c.seq, FinishReason::kError, e.what());
     }
   }

@@ -686,3 +686,25 @@ TEST_CASE("sparse policies and layer-ahead host attention serve every request", 
     }
   }
 }
+
+TEST_CASE("a failing model step fails its batch with kError and the engine goes on", "[engine]") {
+  Setup s;
+  // A store built for the wrong KV shape: every forward step throws inside attention.
+  KvShape wrong = s.model->kv_shape();
+  wrong.n_head_kv /= 2;
+  KvStore store(wrong, dense_config(), 4, 512);
+  Engine engine(*s.model, stories_tokenizer(), store, EngineOptions{});
+  const auto prompts = story_prompts();
+  std::vector<std::shared_ptr<TokenStream>> streams;
+  for (size_t i = 0; i < 3; ++i) streams.push_back(engine.submit(greedy(prompts[i], 10)));
+  for (auto& st : streams) {
+    const Result r = collect(*st);
+    CHECK(r.finish == FinishReason::kError);
+    CHECK(r.error.find("model step failed") != std::string::npos);
+    CHECK(r.completion_tokens == 0);
+  }
+  CHECK(collect(*engine.submit(greedy(prompts[3], 10))).finish == FinishReason::kError);
+  const EngineMetrics m = wait_metrics(
+      engine, [](const EngineMetrics& x) { return x.running == 0 && x.finished_error == 4; });
+  CHECK(m.waiting == 0);
+}
