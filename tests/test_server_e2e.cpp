@@ -568,8 +568,10 @@ TEST_CASE("e2e: /metrics counters move", "[e2e]") {
         metric(before, "tandem_generation_tokens_total") + 6);
   CHECK(metric(after, "tandem_prompt_tokens_total") ==
         metric(before, "tandem_prompt_tokens_total") + r["usage"]["prompt_tokens"].get<double>());
+  // The engine publishes a step's counters after streaming its tokens: the last step may not be
+  // counted yet.
   CHECK(metric(after, "tandem_engine_steps_total") >=
-        metric(before, "tandem_engine_steps_total") + 6);
+        metric(before, "tandem_engine_steps_total") + 5);
   CHECK(metric(after, "tandem_time_to_first_token_seconds_count") ==
         metric(before, "tandem_time_to_first_token_seconds_count") + 1);
   CHECK(metric(after, "tandem_e2e_request_latency_seconds_count") ==
