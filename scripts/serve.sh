@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Installs what is missing, builds, and runs Tandem on the default model. Until `tandem serve`
-# exists this runs `tandem run` on a demo prompt. Model: $TANDEM_MODEL, else the bundled demo
-# model (models/tandem-demo) once it exists, else ../shared/models/tinystories-656k.
+# Installs what is missing, builds, and serves the default model with the OpenAI-compatible
+# HTTP API (http://127.0.0.1:8000 unless --host/--port say otherwise). Model: $TANDEM_MODEL,
+# else the bundled demo model (models/tandem-demo) once it exists, else
+# ../shared/models/tinystories-656k. Extra arguments go to `tandem serve` (e.g. --port 8080).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
@@ -17,5 +18,4 @@ if [[ -z "$model" ]]; then
   echo "serve.sh: no model found; set TANDEM_MODEL to a Hugging Face model folder" >&2
   exit 1
 fi
-exec build/tandem run --model "$model" --prompt "${TANDEM_PROMPT:-Once upon a time}" \
-  --max-tokens "${TANDEM_MAX_TOKENS:-128}" "$@"
+exec build/tandem serve --model "$model" "$@"

@@ -19,7 +19,7 @@ if command -v clang-format >/dev/null; then
   files=$(git ls-files '*.h' '*.cpp' '*.cu' '*.cuh' 2>/dev/null || true)
   if [[ -n "$files" ]] && ! clang-format --dry-run --Werror $files 2>/tmp/tandem-format.log; then
     echo "clang-format: these files need formatting (clang-format -i):" >&2
-    grep -o '^[^:]*' /tmp/tandem-format.log | sort -u >&2
+    sed -n 's/^\([^: ]*\):[0-9]*:[0-9]*: .*clang-format-violations.*/\1/p' /tmp/tandem-format.log | sort -u >&2
     exit 1
   fi
 fi

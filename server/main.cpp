@@ -1,10 +1,10 @@
 // The tandem binary: subcommand dispatch. Every error reaches here as a tandem::Error (or a
 // std::exception) and becomes one line on stderr and a non-zero exit code.
+#include <oneapi/tbb/info.h>
 #include <spdlog/spdlog.h>
 
 #include <cstdio>
 #include <exception>
-#include <oneapi/tbb/info.h>
 #include <string>
 #include <vector>
 
@@ -30,7 +30,8 @@ void usage() {
       "  serve         --model DIR [--host H] [--port P] [--config FILE] [--api-key K] [kv flags]\n"
       "  perplexity    --model DIR --file TEXT [--ctx N] [--prefill N] [kv flags]\n"
       "  bench-decode  --model DIR [--batch 1,8] [--prompt-len N] [--gen N] [--threads N]\n"
-      "  make-model    --shape NAME --dtype f32|bf16|f16 --out DIR (random weights, for benchmarks)\n"
+      "  make-model    --shape NAME --dtype f32|bf16|f16 --out DIR (random weights, for "
+      "benchmarks)\n"
       "  bench-cpu-attn [flags]  host attention bytes/s against memory bandwidth (JSON)\n"
       "kv flags: --dense | --sinks N --window N --block N --sparse full|hgca|topk --hgca-beta B\n"
       "          --topk-blocks K --cpu-attn parallel|ahead --cpu-threads N --device cpu|cuda\n",

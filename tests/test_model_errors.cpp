@@ -88,7 +88,8 @@ TEST_CASE("unknown model_type and malformed config", "[model][errors]") {
   check_one_line(e);
   m.write("config.json", "{\"model_type\": \"llama\", ");
   CHECK_THAT(load_error(m.dir), Catch::Contains("config.json") && Catch::Contains("invalid JSON"));
-  m.write("config.json", "{\"model_type\": \"llama\", \"hidden_size\": \"big\"}");
+  m.write("config.json",
+          "{\"model_type\": \"llama\", \"vocab_size\": 512, \"hidden_size\": \"big\"}");
   CHECK_THAT(load_error(m.dir), Catch::Contains("\"hidden_size\" must be an integer"));
 }
 
