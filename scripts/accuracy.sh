@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Accuracy of the sparse host policies against --dense: perplexity through the decode path for
 # full, hgca (beta 0.5, 1, 2) and topk (12.5% and 25% of the host blocks) in both start modes, at
-# window = 25% and 50% of the context. Writes docs/accuracy.md (and the raw JSON lines beside it).
+# window = 25% and 50% of the context. Writes the model's section docs/accuracy/MODEL.md and its raw
+# JSON lines docs/accuracy/MODEL.jsonl, then rebuilds docs/accuracy.md from every section plus
+# docs/accuracy/notes.md (the reading of the figures, written by hand).
 #   scripts/accuracy.sh [MODEL_DIR TEXT_FILE CTX BLOCK]
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -11,8 +13,10 @@ text="${2:-tests/fixtures/text/tinystories-sampled.txt}"
 ctx="${3:-512}"
 block="${4:-16}"
 [[ -x build/tandem ]] || scripts/build.sh >&2
-out=docs/accuracy.md
-raw=docs/accuracy-$(basename "$model").jsonl
+name=$(basename "$model")
+mkdir -p docs/accuracy
+out=docs/accuracy/$name.md
+raw=docs/accuracy/$name.jsonl
 : > "$raw"
 run() { build/tandem perplexity --model "$model" --file "$text" --ctx "$ctx" --prefill 1 --block "$block" "$@" | tee -a "$raw"; }
 
@@ -30,7 +34,7 @@ for w in $((ctx / 4)) $((ctx / 2)); do
 done
 
 {
-  echo "# Accuracy of the host policies"
+  echo "## $name"
   echo
   echo "Produced by \`scripts/accuracy.sh $model $text $ctx $block\` on $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'),"
   echo "$(date -u +%Y-%m-%d). Perplexity is teacher-forced through the decode path (\`tandem perplexity --prefill 1\`):"
@@ -58,3 +62,16 @@ done
   printf "Dense reference: ppl %.4f.\n" "$dense"
 } > "$out"
 cat "$out"
+
+{
+  echo "# Accuracy of the host policies"
+  echo
+  echo "One section per model, each written by \`scripts/accuracy.sh\` (command in the section)."
+  echo
+  for f in docs/accuracy/*.md; do
+    [[ "$f" == docs/accuracy/notes.md ]] && continue
+    cat "$f"
+    echo
+  done
+  [[ -f docs/accuracy/notes.md ]] && cat docs/accuracy/notes.md
+} > docs/accuracy.md
