@@ -6,7 +6,9 @@
 //
 // The KV is laid out as the host store does (per block: K and V each [n_head_kv, block, head_dim])
 // and is replicated over enough "layers" that one timed round (one call per layer) reads at least
-// --footprint-mb, so the figures are memory bandwidth, not last-level-cache bandwidth.
+// --footprint-mb, so the figures are memory bandwidth, not last-level-cache bandwidth. Each
+// figure also comes against its roofline: the lower of the paired read bandwidth and the measured
+// FMA throughput divided by the FMAs the kernel needs per KV byte.
 #include <immintrin.h>
 #include <sys/mman.h>
 #include <tbb/info.h>
@@ -243,17 +245,24 @@ int cmd_bench_cpu_attn(const std::vector<std::string>& args) {
 
   // Read bandwidth for each thread count of the run.
   nlohmann::json bw_json = nlohmann::json::object();
-  std::vector<double> bw(thread_list.size());
+  // FMA throughput too: with G query heads per KV head the host kernel does 2·G·d FMAs per
+  // K+V row pair of 2·d elements, so bf16 KV at G = 4 needs 2 FMAs per byte and can be bound by
+  // the cores, not the memory. The roofline of a configuration is the lower of the two.
+  nlohmann::json fma_json = nlohmann::json::object();
+  std::vector<double> bw(thread_list.size()), fma(thread_list.size());
   for (size_t i = 0; i < thread_list.size(); ++i) {
     const int nt = thread_list[i] == 0 ? cores : static_cast<int>(thread_list[i]);
     bw[i] = measure_read_bandwidth_gbs(bw_bytes, nt);
     bw_json[std::to_string(nt)] = bw[i];
+    fma[i] = measure_fma_gflops(nt);
+    fma_json[std::to_string(nt)] = fma[i];
   }
-  std::printf(
-      "%s\n",
-      nlohmann::json({{"cores", cores}, {"read_bw_gbs", bw_json}, {"bw_buffer_bytes", bw_bytes}})
-          .dump()
-          .c_str());
+  std::printf("%s\n", nlohmann::json({{"cores", cores},
+                                      {"read_bw_gbs", bw_json},
+                                      {"fma_gflops", fma_json},
+                                      {"bw_buffer_bytes", bw_bytes}})
+                          .dump()
+                          .c_str());
   std::fflush(stdout);
 
   for (const std::string& dt : split_list(f.str("dtypes", "bf16,f32"))) {
@@ -330,35 +339,45 @@ int cmd_bench_cpu_attn(const std::vector<std::string>& args) {
           const double gbs_best = static_cast<double>(bytes) / best / 1e9;
           const double probe_med = static_cast<double>(bytes) / probe_secs[secs.size() / 2] / 1e9;
           const double probe_best = static_cast<double>(bytes) / probe_secs.front() / 1e9;
-          std::printf("%s\n", nlohmann::json({{"policy", "full"},
-                                              {"kv_dtype", dt},
-                                              {"batch", batch},
-                                              {"context", ctx},
-                                              {"n_head_kv", hkv},
-                                              {"group", G},
-                                              {"head_dim", d},
-                                              {"block", block},
-                                              {"threads", ha.threads()},
-                                              {"kv_bytes_per_call", bytes},
-                                              {"layers_rotated", n_layers},
-                                              {"calls", secs.size()},
-                                              {"ms_per_call_median", med * 1e3},
-                                              {"ms_per_call_best", best * 1e3},
-                                              {"kv_gbs_median", gbs},
-                                              {"kv_gbs_best", gbs_best},
-                                              {"read_bw_gbs_start", bw[ti]},
-                                              {"read_bw_gbs_adjacent", bw_now},
-                                              {"fraction_of_bw_best", gbs_best / bw_now},
-                                              {"fraction_of_bw_median", gbs / bw_now},
-                                              {"paired_read_gbs_best", probe_best},
-                                              {"paired_read_gbs_median", probe_med},
-                                              {"paired_fraction_best", gbs_best / probe_best},
-                                              {"paired_fraction_median", gbs / probe_med},
-                                              {"huge_pages", huge_pages},
-                                              {"load_avg_1m", load_average()},
-                                              {"max_rel_err", err}})
-                                  .dump()
-                                  .c_str());
+          const double fma_per_byte = static_cast<double>(G) / static_cast<double>(dtype_size(t));
+          const double compute_roof = fma[ti] / fma_per_byte;
+          std::printf(
+              "%s\n",
+              nlohmann::json(
+                  {{"policy", "full"},
+                   {"kv_dtype", dt},
+                   {"batch", batch},
+                   {"context", ctx},
+                   {"n_head_kv", hkv},
+                   {"group", G},
+                   {"head_dim", d},
+                   {"block", block},
+                   {"threads", ha.threads()},
+                   {"kv_bytes_per_call", bytes},
+                   {"layers_rotated", n_layers},
+                   {"calls", secs.size()},
+                   {"ms_per_call_median", med * 1e3},
+                   {"ms_per_call_best", best * 1e3},
+                   {"kv_gbs_median", gbs},
+                   {"kv_gbs_best", gbs_best},
+                   {"read_bw_gbs_start", bw[ti]},
+                   {"read_bw_gbs_adjacent", bw_now},
+                   {"fraction_of_bw_best", gbs_best / bw_now},
+                   {"fraction_of_bw_median", gbs / bw_now},
+                   {"paired_read_gbs_best", probe_best},
+                   {"paired_read_gbs_median", probe_med},
+                   {"paired_fraction_best", gbs_best / probe_best},
+                   {"paired_fraction_median", gbs / probe_med},
+                   {"fma_per_byte", fma_per_byte},
+                   {"fma_gflops", fma[ti]},
+                   {"compute_roof_gbs", compute_roof},
+                   {"fraction_of_roofline_best", gbs_best / std::min(probe_best, compute_roof)},
+                   {"fraction_of_roofline_median", gbs / std::min(probe_med, compute_roof)},
+                   {"huge_pages", huge_pages},
+                   {"load_avg_1m", load_average()},
+                   {"max_rel_err", err}})
+                  .dump()
+                  .c_str());
           std::fflush(stdout);
         }
       }

@@ -1,5 +1,7 @@
 // measure_read_bandwidth_gbs: a streaming-read loop with AVX2 loads summed into accumulators (so
 // the loads cannot be dropped), one slice per worker, repeated; the best run counts.
+// measure_fma_gflops: per worker, 12 independent FMA chains (enough to cover the FMA latency on
+// every core we target: latency 4-5 cycles x 2-3 FMA pipes), repeated; the best run counts.
 #include "kernels/cpu/membw.h"
 
 #include <immintrin.h>
@@ -38,7 +40,46 @@ float read_slice(const float* p, size_t n) {
   return s;
 }
 
+constexpr int kChains = 12;
+constexpr int64_t kFmaIters = 1 << 22;
+
+// kChains independent chains of kFmaIters dependent FMAs each; returns a value that depends on
+// every one of them.
+float fma_chains(float seed) {
+  __m256 acc[kChains];
+  for (int c = 0; c < kChains; ++c) acc[c] = _mm256_set1_ps(seed + static_cast<float>(c));
+  const __m256 a = _mm256_set1_ps(0.999999f), b = _mm256_set1_ps(1e-7f);
+  for (int64_t i = 0; i < kFmaIters; ++i)
+    for (int c = 0; c < kChains; ++c) acc[c] = _mm256_fmadd_ps(acc[c], a, b);
+  __m256 s = acc[0];
+  for (int c = 1; c < kChains; ++c) s = _mm256_add_ps(s, acc[c]);
+  alignas(32) float t[8];
+  _mm256_store_ps(t, s);
+  return t[0] + t[7];
+}
+
 }  // namespace
+
+double measure_fma_gflops(int threads) {
+  const int nt = threads > 0 ? threads : tbb::this_task_arena::max_concurrency();
+  tbb::task_arena arena(nt);
+  std::vector<float> sums(static_cast<size_t>(nt));
+  double best = 0.0;
+  for (int run = 0; run < kRuns; ++run) {
+    const auto t0 = std::chrono::steady_clock::now();
+    arena.execute([&] {
+      tbb::parallel_for(
+          0, nt, [&](int t) { sums[static_cast<size_t>(t)] = fma_chains(static_cast<float>(t)); },
+          tbb::static_partitioner());
+    });
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double fmas = static_cast<double>(nt) * kChains * 8.0 * static_cast<double>(kFmaIters);
+    best = std::max(best, fmas / s / 1e9);
+  }
+  volatile float sink = 0.0f;
+  for (float s : sums) sink = sink + s;
+  return best;
+}
 
 double measure_read_bandwidth_gbs(size_t bytes, int threads) {
   const int nt = threads > 0 ? threads : tbb::this_task_arena::max_concurrency();
