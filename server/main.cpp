@@ -32,6 +32,9 @@ void usage() {
       "  bench-decode  --model DIR [--batch 1,8] [--prompt-len N] [--gen N] [--threads N]\n"
       "  make-model    --shape NAME --dtype f32|bf16|f16 --out DIR (random weights, for "
       "benchmarks)\n"
+      "  bench         --base-url URL [--endpoint /v1/completions] [--num-prompts N]\n"
+      "                [--max-concurrency C] [--request-rate R|inf] [--random-input-len I]\n"
+      "                [--random-output-len O] [--save-result FILE] ... (vllm bench serve flags)\n"
       "  bench-cpu-attn [flags]  host attention bytes/s against memory bandwidth (JSON)\n"
       "kv flags: --dense | --sinks N --window N --block N --sparse full|hgca|topk --hgca-beta B\n"
       "          --topk-blocks K --cpu-attn parallel|ahead --cpu-threads N --device cpu|cuda\n",
@@ -57,6 +60,7 @@ int main(int argc, char** argv) {
     if (cmd == "make-model") return cmd_make_model(args);
     if (cmd == "perplexity") return cmd_perplexity(args);
     if (cmd == "bench-cpu-attn") return cmd_bench_cpu_attn(args);
+    if (cmd == "bench") return cmd_bench(args);
     if (cmd == "-h" || cmd == "--help" || cmd == "help") {
       usage();
       return 0;
