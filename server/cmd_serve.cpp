@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -29,13 +30,22 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// Finds a config: the path as given, else configs/NAME[.json] in the source tree.
+// Finds a config: the path as given, else NAME[.json] in $TANDEM_CONFIG_DIR (the Docker image
+// sets it), else in configs/ of the source tree.
 fs::path find_config(const std::string& name) {
   if (fs::exists(name)) return name;
-  fs::path p = fs::path(TANDEM_SOURCE_DIR) / "configs" / name;
-  if (!p.has_extension()) p += ".json";
-  if (fs::exists(p)) return p;
-  TANDEM_FAIL(kNotFound, "--config: no file \"", name, "\" (nor ", p.string(), ")");
+  std::vector<fs::path> dirs;
+  if (const char* env = std::getenv("TANDEM_CONFIG_DIR"); env != nullptr && *env != 0)
+    dirs.emplace_back(env);
+  dirs.push_back(fs::path(TANDEM_SOURCE_DIR) / "configs");
+  std::string tried;
+  for (const fs::path& dir : dirs) {
+    fs::path p = dir / name;
+    if (!p.has_extension()) p += ".json";
+    if (fs::exists(p)) return p;
+    tried += (tried.empty() ? "" : ", ") + p.string();
+  }
+  TANDEM_FAIL(kNotFound, "--config: no file \"", name, "\" (nor ", tried, ")");
 }
 
 // The config file as flag arguments, to go before the command line's (later values win).
