@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <ctime>
 
 namespace tandem {
 
@@ -24,6 +25,14 @@ std::shared_ptr<spdlog::logger> logger() {
 
 double seconds(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
+}
+
+// CPU time of the calling thread: a step's wall time outside the forward pass minus this is time
+// the engine thread waited (for a core, or a lock), not work it did.
+double thread_cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
 }
 
 SchedulerOptions scheduler_options(const EngineOptions& o) {
@@ -60,7 +69,7 @@ Engine::Engine(Model& model, const Tokenizer& tokenizer, KvStore& store,
   if (!primer.empty()) piece_primer_ = primer.back();
   row_.resize(static_cast<size_t>(vocab_));
   logprobs_.resize(static_cast<size_t>(vocab_));
-  publish(0, 0, 0, 0, false);
+  publish(0, 0, 0, 0, 0, false);
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -182,11 +191,12 @@ void Engine::cancel_everything() {
   for (const auto& s : scheduler_.running()) all.push_back(s.get());
   for (const auto& s : scheduler_.waiting()) all.push_back(s.get());
   for (Sequence* s : all) fail(s, FinishReason::kCancelled);
-  publish(0, 0, 0, 0, false);
+  publish(0, 0, 0, 0, 0, false);
 }
 
 void Engine::step() {
   const auto t0 = Clock::now();
+  const double c0 = thread_cpu_seconds();
   // Cancelled streams are retired before anything runs for them.
   std::vector<Sequence*> cancelled;
   for (const auto& s : scheduler_.running())
@@ -202,7 +212,7 @@ void Engine::step() {
   }
   for (auto& [s, why] : plan.failed) fail(s, FinishReason::kError, why);
   if (plan.chunks.empty()) {
-    publish(0, seconds(t0, Clock::now()), 0, 0, false);
+    publish(0, seconds(t0, Clock::now()), thread_cpu_seconds() - c0, 0, 0, false);
     if (!scheduler_.waiting().empty()) {  // nothing fits now (should not happen): do not spin
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait_for(lock, std::chrono::milliseconds(1));
@@ -222,6 +232,7 @@ void Engine::step() {
   }
 
   const auto t1 = Clock::now();
+  const double c1 = thread_cpu_seconds();
   TensorView logits;
   try {
     logits = model_.forward(batch);
@@ -231,10 +242,11 @@ void Engine::step() {
     logger()->error("forward failed for a batch of {}: {}", batch.size(), e.what());
     for (const ScheduledChunk& c : plan.chunks)
       fail(c.seq, FinishReason::kError, cat("the model step failed: ", e.what()));
-    publish(seconds(t1, t2), seconds(t0, Clock::now()) - seconds(t1, t2), 0, 0, true);
+    publish(seconds(t1, t2), seconds(t0, Clock::now()) - seconds(t1, t2), c1 - c0, 0, 0, true);
     return;
   }
   const auto t2 = Clock::now();
+  const double c2 = thread_cpu_seconds();
 
   int64_t generated = 0;
   const float* rows = logits.as<const float>();
@@ -251,7 +263,8 @@ void Engine::step() {
     }
   }
   const double fwd = seconds(t1, t2);
-  publish(fwd, seconds(t0, Clock::now()) - fwd, prompt_tokens, generated, true);
+  publish(fwd, seconds(t0, Clock::now()) - fwd, (c1 - c0) + (thread_cpu_seconds() - c2),
+          prompt_tokens, generated, true);
 }
 
 FinishReason Engine::advance(Sequence& seq, const float* logits) {
@@ -322,8 +335,8 @@ const std::string& Engine::piece(int32_t token) {
   return pieces_.emplace(token, std::move(s)).first->second;
 }
 
-void Engine::publish(double forward_s, double other_s, int64_t prompt_tokens, int64_t gen_tokens,
-                     bool stepped) {
+void Engine::publish(double forward_s, double other_s, double other_cpu_s, int64_t prompt_tokens,
+                     int64_t gen_tokens, bool stepped) {
   HostAttention* ha = store_.host_attention();
   std::lock_guard<std::mutex> lock(mu_);
   EngineMetrics& m = metrics_;
@@ -339,6 +352,7 @@ void Engine::publish(double forward_s, double other_s, int64_t prompt_tokens, in
   m.finished_error = finished_[static_cast<size_t>(FinishReason::kError)];
   m.forward_seconds += forward_s;
   m.step_other_seconds += other_s;
+  m.step_other_cpu_seconds += other_cpu_s;
   m.kv_device_blocks_used = store_.device_blocks_used();
   m.kv_device_blocks_total = store_.device_blocks_total();
   m.kv_host_blocks_used = store_.host_blocks_used();

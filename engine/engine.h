@@ -48,6 +48,7 @@ struct EngineMetrics {
   int64_t finished_error = 0;
   double forward_seconds = 0;     // total in Model::forward
   double step_other_seconds = 0;  // total in steps outside forward: scheduling, sampling, streaming
+  double step_other_cpu_seconds = 0;  // the engine thread's CPU time of step_other_seconds
   int64_t kv_device_blocks_used = 0;
   int64_t kv_device_blocks_total = 0;
   int64_t kv_host_blocks_used = 0;
@@ -88,8 +89,8 @@ class Engine {
   void retire(Sequence* seq, FinishReason reason);  // frees its KV now and counts it
   void cancel_everything();
   const std::string& piece(int32_t token);  // the token decoded alone, cached
-  void publish(double forward_s, double other_s, int64_t prompt_tokens, int64_t gen_tokens,
-               bool stepped);
+  void publish(double forward_s, double other_s, double other_cpu_s, int64_t prompt_tokens,
+               int64_t gen_tokens, bool stepped);
 
   Model& model_;
   const Tokenizer& tokenizer_;

@@ -627,11 +627,13 @@ nlohmann::json report_json(const BenchConfig& cfg, const BenchOutcome& out) {
     const json steps = delta("tandem_engine_steps_total");
     const json fwd = delta("tandem_step_forward_seconds_total");
     const json other = delta("tandem_step_other_seconds_total");
+    const json other_cpu = delta("tandem_step_other_cpu_seconds_total");
     const json gen = delta("tandem_generation_tokens_total");
     const json egen = delta("tandem_engine_generation_tokens_total");
     s["engine_steps"] = steps;
     s["forward_seconds"] = fwd;
     s["other_seconds"] = other;
+    s["other_cpu_seconds"] = other_cpu;
     s["generation_tokens"] = gen;
     s["engine_generation_tokens"] = egen;
     s["prompt_tokens"] = delta("tandem_prompt_tokens_total");
@@ -642,11 +644,14 @@ nlohmann::json report_json(const BenchConfig& cfg, const BenchOutcome& out) {
       const double f = fwd.get<double>(), o = other.get<double>();
       s["other_fraction"] = f + o > 0 ? o / (f + o) : 0.0;
       s["busy_fraction"] = (f + o) / dur;  // of the benchmark's wall time
+      if (other_cpu.is_number())           // the engine thread's own work outside the forward pass
+        s["other_cpu_fraction"] = f + o > 0 ? other_cpu.get<double>() / (f + o) : 0.0;
     }
     if (steps.is_number() && steps.get<double>() > 0) {
       const double st = steps.get<double>();
       if (fwd.is_number()) s["forward_ms_per_step"] = fwd.get<double>() / st * 1e3;
       if (other.is_number()) s["other_ms_per_step"] = other.get<double>() / st * 1e3;
+      if (other_cpu.is_number()) s["other_cpu_ms_per_step"] = other_cpu.get<double>() / st * 1e3;
       if (egen.is_number()) s["tokens_per_step"] = egen.get<double>() / st;
     }
     if (gen.is_number()) s["output_throughput"] = gen.get<double>() / dur;
@@ -722,6 +727,9 @@ std::string format_table(const nlohmann::json& j) {
     line("Forward ms per step:", num(s.value("forward_ms_per_step", json()), 3));
     line("Outside-forward ms per step:", num(s.value("other_ms_per_step", json()), 3));
     line("Outside-forward fraction of step:", num(s.value("other_fraction", json()), 4));
+    line("  of it engine-thread CPU (ms per step):",
+         num(s.value("other_cpu_ms_per_step", json()), 3));
+    line("  engine-thread CPU fraction of step:", num(s.value("other_cpu_fraction", json()), 4));
     line("Engine busy fraction of duration:", num(s.value("busy_fraction", json()), 3));
     line("Preemptions:", num(s["preemptions"], 0));
   }

@@ -107,6 +107,7 @@ EngineGauges gauges_of(const EngineMetrics& m) {
   g.preemptions = m.preemptions;
   g.forward_seconds = m.forward_seconds;
   g.step_other_seconds = m.step_other_seconds;
+  g.step_other_cpu_seconds = m.step_other_cpu_seconds;
   g.cpu_attention_seconds = m.cpu_attention_busy_seconds;
   g.kv_device_blocks_used = m.kv_device_blocks_used;
   g.kv_device_blocks_total = m.kv_device_blocks_total;

@@ -154,6 +154,10 @@ std::string ServerMetrics::render(const EngineGauges& g) const {
   metric(out, "tandem_step_other_seconds_total", "counter",
          "Time of steps outside the forward pass (scheduling, sampling, streaming).",
          g.step_other_seconds);
+  metric(out, "tandem_step_other_cpu_seconds_total", "counter",
+         "CPU time of the engine thread outside the forward pass (the rest of "
+         "tandem_step_other_seconds_total it waited for a core or a lock).",
+         g.step_other_cpu_seconds);
   metric(out, "tandem_cpu_attention_seconds_total", "counter",
          "Host (CPU) attention busy time, thread-seconds.", g.cpu_attention_seconds);
   metric(out, "tandem_kv_device_blocks_used", "gauge", "Device KV blocks in use.",

@@ -216,6 +216,8 @@ TEST_CASE("concurrent greedy requests equal each one run alone, in far fewer ste
       CHECK(m.waiting == 0);
       CHECK(m.forward_seconds > 0);
       CHECK(m.step_other_seconds > 0);
+      CHECK(m.step_other_cpu_seconds > 0);
+      CHECK(m.step_other_cpu_seconds <= m.step_other_seconds + 0.01);  // CPU time <= wall time
       CHECK(m.kv_device_blocks_used == 0);
       CHECK(m.kv_host_blocks_used == 0);
       if (!dense) {

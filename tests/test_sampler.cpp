@@ -2,7 +2,9 @@
 // the distributions they should produce.
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <limits>
 #include <map>
+#include <random>
 
 #include "engine/sampler.h"
 
@@ -32,6 +34,32 @@ TEST_CASE("temperature 0 is greedy, ties go to the lowest id", "[sampler]") {
   Sampler s(p, 1);
   auto l = logits_of({0.1f, 2.0f, -1.0f, 2.0f});
   CHECK(s.sample(l, {}, {}) == 1);
+}
+
+TEST_CASE("argmax is the first index of the largest logit, NaNs never win", "[sampler]") {
+  auto one_pass = [](const std::vector<float>& v) {
+    size_t best = 0;
+    for (size_t i = 1; i < v.size(); ++i)
+      if (v[i] > v[best]) best = i;
+    return static_cast<int32_t>(best);
+  };
+  std::mt19937 rng(3);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  for (size_t n : {1, 7, 15, 16, 17, 31, 64, 100, 2048, 2053}) {
+    for (int round = 0; round < 50; ++round) {
+      std::vector<float> v(n);
+      // Few distinct values: ties are common.
+      for (auto& x : v) x = static_cast<float>(rng() % 7) - 3.0f;
+      if (round % 5 == 1) v[rng() % n] = nan;
+      if (round % 5 == 2) v[0] = nan;
+      if (round % 5 == 3)
+        for (auto& x : v) x = rng() % 2 ? nan : -inf;
+      if (round % 5 == 4) v[rng() % n] = inf;
+      INFO("n " << n << " round " << round);
+      CHECK(argmax(v) == one_pass(v));
+    }
+  }
 }
 
 TEST_CASE("temperature 1 samples the softmax", "[sampler]") {
