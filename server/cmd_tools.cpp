@@ -1,15 +1,19 @@
 // Developer subcommands: `tandem bench-decode` (prefill and decode speed of the forward pass at
-// several batch sizes, JSON out) and `tandem make-model` (random-weight checkpoints).
+// several batch sizes and context depths, dense or hybrid KV, JSON out) and `tandem make-model`
+// (random-weight checkpoints).
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "kernels/cpu/membw.h"
+#include "kvstore/kv_store.h"
 #include "models/model.h"
 #include "models/random_model.h"
 #include "server/cli.h"
 #include "server/commands.h"
+#include "server/kv_flags.h"
 
 namespace tandem {
 namespace {
@@ -40,66 +44,121 @@ DType parse_dtype(const std::string& s) {
 
 int cmd_bench_decode(const std::vector<std::string>& args) {
   using Clock = std::chrono::steady_clock;
-  const Flags f(args, {"model", "batch", "prompt-len", "gen", "threads", "bw-bytes"}, {});
+  std::set<std::string> values = {"model",   "batch",    "prompt-len", "gen",
+                                  "threads", "bw-bytes", "depth",      "chunk"};
+  values.insert(kv_value_flags().begin(), kv_value_flags().end());
+  const Flags f(args, values, kv_bool_flags());
   const ThreadLimit limit(f.integer("threads", 0, 0, 4096));
+  // Without kv flags the cache is the dense one (the forward pass alone); any kv flag selects
+  // the store those flags describe, as `serve` would build it.
+  bool any_kv = f.flag("dense");
+  for (const auto& k : kv_value_flags()) any_kv = any_kv || f.has(k);
+  KvConfig kv_cfg = parse_kv_flags(f);
+  if (!any_kv) kv_cfg.dense = true;
   auto backend = make_cpu_backend();
   auto model = Model::load(f.required("model"), *backend);
   const ModelConfig& c = model->config();
-  const int32_t prompt_len =
-      static_cast<int32_t>(f.integer("prompt-len", 128, 1, c.max_context - 1));
-  const int32_t gen = static_cast<int32_t>(f.integer("gen", 32, 1, c.max_context - prompt_len));
+  // --depth: tokens already in the cache when decoding starts (llama-bench -d); each depth is
+  // filled by chunked prefill into fresh sequences. Without it, one depth: --prompt-len.
+  std::vector<int64_t> depths;
+  if (f.has("depth")) {
+    depths = parse_list(f.str("depth"));
+  } else {
+    depths = {f.integer("prompt-len", 128, 1, c.max_context - 1)};
+  }
+  const int64_t max_depth = *std::max_element(depths.begin(), depths.end());
+  TANDEM_REQUIRE(max_depth < c.max_context, kInvalidArgument, "--depth ", max_depth,
+                 " does not fit the model's context of ", c.max_context, " tokens");
+  const int32_t gen = static_cast<int32_t>(
+      f.integer("gen", 32, 2, c.max_context - static_cast<int32_t>(max_depth)));
+  const int32_t chunk = static_cast<int32_t>(f.integer("chunk", 512, 1, 1 << 20));
   const double bw = measure_read_bandwidth_gbs(
       static_cast<size_t>(f.integer("bw-bytes", 1 << 30, 1 << 20, int64_t{1} << 36)),
       limit.threads());
   const double step_bytes = static_cast<double>(model->matmul_weight_bytes());
+  const std::string policy = kv_cfg.dense ? "dense" : std::string(policy_name(kv_cfg.sparse));
 
   for (int64_t batch : parse_list(f.str("batch", "1,8"))) {
-    std::vector<std::unique_ptr<SequenceKv>> kvs;
-    std::vector<std::vector<int32_t>> prompts(static_cast<size_t>(batch));
-    uint64_t x = 12345;
-    for (auto& p : prompts)
-      for (int32_t i = 0; i < prompt_len; ++i) {
-        x = x * 6364136223846793005ull + 1442695040888963407ull;
-        p.push_back(static_cast<int32_t>((x >> 33) % static_cast<uint64_t>(c.vocab_size)));
+    for (int64_t depth64 : depths) {
+      const int32_t depth = static_cast<int32_t>(depth64);
+      const int32_t cap = depth + gen + 1;
+      KvStore store(model->kv_shape(), kv_cfg, static_cast<int32_t>(batch), cap);
+      std::vector<std::unique_ptr<SequenceKv>> kvs;
+      std::vector<std::vector<int32_t>> prompts(static_cast<size_t>(batch));
+      uint64_t x = 12345;
+      for (auto& p : prompts)
+        for (int32_t i = 0; i < depth; ++i) {
+          x = x * 6364136223846793005ull + 1442695040888963407ull;
+          p.push_back(static_cast<int32_t>((x >> 33) % static_cast<uint64_t>(c.vocab_size)));
+        }
+      for (int64_t b = 0; b < batch; ++b) kvs.push_back(store.new_sequence(cap));
+
+      // Prefill: every sequence's next chunk in one step (batched matrix products).
+      std::vector<StepSequence> step(static_cast<size_t>(batch));
+      const auto t0 = Clock::now();
+      for (int32_t at = 0; at < depth; at += chunk) {
+        const int32_t n = std::min(chunk, depth - at);
+        for (int64_t b = 0; b < batch; ++b)
+          step[static_cast<size_t>(b)] = {
+              kvs[static_cast<size_t>(b)].get(),
+              std::span<const int32_t>(prompts[static_cast<size_t>(b)])
+                  .subspan(static_cast<size_t>(at), static_cast<size_t>(n)),
+              false, false, at + n == depth};
+        model->forward(step);
       }
-    for (int64_t b = 0; b < batch; ++b) kvs.push_back(model->new_dense_kv(prompt_len + gen + 1));
+      const double prefill_s = std::chrono::duration<double>(Clock::now() - t0).count();
 
-    // Prefill: all prompts in one step (batched matrix products over batch * prompt_len rows).
-    std::vector<StepSequence> step;
-    for (int64_t b = 0; b < batch; ++b)
-      step.push_back({kvs[static_cast<size_t>(b)].get(), prompts[static_cast<size_t>(b)], false});
-    const auto t0 = Clock::now();
-    model->forward(step);
-    const double prefill_s = std::chrono::duration<double>(Clock::now() - t0).count();
-
-    // Decode: gen steps of one token per sequence (token ids fixed: speed does not depend on them).
-    std::vector<int32_t> next(static_cast<size_t>(batch), 1);
-    for (int64_t b = 0; b < batch; ++b)
-      step[static_cast<size_t>(b)].tokens =
-          std::span<const int32_t>(&next[static_cast<size_t>(b)], 1);
-    model->forward(step);  // warm-up step, not timed
-    const auto t1 = Clock::now();
-    for (int32_t g = 1; g < gen; ++g) model->forward(step);
-    const double decode_s = std::chrono::duration<double>(Clock::now() - t1).count();
-    const double steps = gen - 1;
-    const double ms_step = decode_s / std::max(steps, 1.0) * 1e3;
-    const nlohmann::json j = {{"model", model->dir().filename().string()},
-                              {"weights_dtype", std::string(dtype_name(model->weight_dtype()))},
-                              {"params", c.n_params()},
-                              {"threads", limit.threads()},
-                              {"batch", batch},
-                              {"prompt_len", prompt_len},
-                              {"prefill_tokens_per_s", batch * prompt_len / prefill_s},
-                              {"decode_steps", steps},
-                              {"decode_tokens_per_s", batch * steps / decode_s},
-                              {"ms_per_step", ms_step},
-                              {"weight_bytes_per_step", step_bytes},
-                              {"weight_bytes_per_token", step_bytes / static_cast<double>(batch)},
-                              {"weight_read_gbs", step_bytes / (ms_step * 1e-3) / 1e9},
-                              {"measured_read_bw_gbs", bw},
-                              {"fraction_of_bw", step_bytes / (ms_step * 1e-3) / 1e9 / bw}};
-    std::printf("%s\n", j.dump().c_str());
-    std::fflush(stdout);
+      // Decode: gen steps of one token per sequence (token ids fixed: speed does not depend on
+      // them), the first one a warm-up.
+      std::vector<int32_t> next(static_cast<size_t>(batch), 1);
+      for (int64_t b = 0; b < batch; ++b)
+        step[static_cast<size_t>(b)] = {kvs[static_cast<size_t>(b)].get(),
+                                        std::span<const int32_t>(&next[static_cast<size_t>(b)], 1),
+                                        false, true, false};
+      model->forward(step);  // warm-up step, not timed
+      const auto t1 = Clock::now();
+      for (int32_t g = 1; g < gen; ++g) model->forward(step);
+      const double decode_s = std::chrono::duration<double>(Clock::now() - t1).count();
+      const double steps = gen - 1;
+      const double ms_step = decode_s / steps * 1e3;
+      double load = -1;
+      if (std::FILE* la = std::fopen("/proc/loadavg", "r")) {
+        if (std::fscanf(la, "%lf", &load) != 1) load = -1;
+        std::fclose(la);
+      }
+      HostStats host{};
+      for (const auto& kv : kvs) {
+        const HostStats st = KvStore::stats_of(*kv);
+        host.host_entries += st.host_entries;
+        host.attended += st.attended;
+      }
+      const nlohmann::json j = {
+          {"model", model->dir().filename().string()},
+          {"weights_dtype", std::string(dtype_name(model->weight_dtype()))},
+          {"params", c.n_params()},
+          {"threads", limit.threads()},
+          {"batch", batch},
+          {"depth", depth},
+          {"prompt_len", depth},
+          {"kv", kv_cfg.dense ? std::string("dense") : kv_cfg.describe()},
+          {"policy", policy},
+          {"prefill_tokens_per_s", depth > 0 ? batch * depth / prefill_s : 0.0},
+          {"decode_steps", steps},
+          {"decode_tokens_per_s", batch * steps / decode_s},
+          {"ms_per_step", ms_step},
+          {"host_fraction_attended",
+           host.host_entries > 0
+               ? static_cast<double>(host.attended) / static_cast<double>(host.host_entries)
+               : 0.0},
+          {"weight_bytes_per_step", step_bytes},
+          {"weight_bytes_per_token", step_bytes / static_cast<double>(batch)},
+          {"weight_read_gbs", step_bytes / (ms_step * 1e-3) / 1e9},
+          {"measured_read_bw_gbs", bw},
+          {"fraction_of_bw", step_bytes / (ms_step * 1e-3) / 1e9 / bw},
+          {"load_avg_1m", load}};
+      std::printf("%s\n", j.dump().c_str());
+      std::fflush(stdout);
+    }
   }
   return 0;
 }
