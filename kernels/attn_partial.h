@@ -8,6 +8,13 @@
 
 #include "kernels/tensor.h"
 
+// merge_weight is shared with the CUDA merge kernels (kernels/cuda/merge.cuh).
+#if defined(__CUDACC__)
+#define TANDEM_HOST_DEVICE __host__ __device__
+#else
+#define TANDEM_HOST_DEVICE
+#endif
+
 namespace tandem {
 
 struct AttnPartial {
@@ -19,7 +26,9 @@ inline constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 // Weight of a partial relative to the running max m. The partial that holds the max gets
 // exactly 1, so (+inf, +inf) and (-inf, -inf) never compute inf - inf = NaN.
-inline float merge_weight(float lse, float m) { return lse == m ? 1.0f : std::exp(lse - m); }
+TANDEM_HOST_DEVICE inline float merge_weight(float lse, float m) {
+  return lse == m ? 1.0f : std::exp(lse - m);
+}
 
 // (o_a, lse_a) <- merge((o_a, lse_a), (o_b, lse_b)) for one head row of d floats.
 //   m = max(lse_a, lse_b), w = exp(lse - m), o = (w_a o_a + w_b o_b) / (w_a + w_b),

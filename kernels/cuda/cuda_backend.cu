@@ -1,27 +1,21 @@
-// CudaBackend skeleton: device discovery, error checking, allocation of each memory kind, and
-// the Backend ops, which throw kUnsupported until their kernels land (CUDA backend issue).
-#include <cublas_v2.h>
-#include <cuda_runtime.h>
+// CudaBackend: device 0, one non-blocking stream, one cuBLAS handle, a grow-only workspace, and
+// the rope inv_freq tables uploaded once each. Each op checks its views and launches the kernel
+// of its own file (elementwise, convert, embedding, norm, softmax, rope, matmul, attention,
+// merge, sampling) on the stream; synchronize() waits for it.
+#include <vector>
 
+#include "kernels/cuda/attention.cuh"
+#include "kernels/cuda/convert.cuh"
 #include "kernels/cuda/cuda_backend.h"
-
-#define TANDEM_CUDA_CHECK(call)                                                             \
-  do {                                                                                      \
-    const cudaError_t err_ = (call);                                                        \
-    if (err_ != cudaSuccess)                                                                \
-      ::tandem::throw_error(::tandem::ErrorKind::kInternal,                                 \
-                            ::tandem::cat(#call, ": ", cudaGetErrorString(err_)), __FILE__, \
-                            __LINE__);                                                      \
-  } while (0)
-
-#define TANDEM_CUBLAS_CHECK(call)                                                            \
-  do {                                                                                       \
-    const cublasStatus_t st_ = (call);                                                       \
-    if (st_ != CUBLAS_STATUS_SUCCESS)                                                        \
-      ::tandem::throw_error(::tandem::ErrorKind::kInternal,                                  \
-                            ::tandem::cat(#call, ": cuBLAS status ", static_cast<int>(st_)), \
-                            __FILE__, __LINE__);                                             \
-  } while (0)
+#include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/elementwise.cuh"
+#include "kernels/cuda/embedding.cuh"
+#include "kernels/cuda/matmul.cuh"
+#include "kernels/cuda/merge.cuh"
+#include "kernels/cuda/norm.cuh"
+#include "kernels/cuda/rope.cuh"
+#include "kernels/cuda/sampling.cuh"
+#include "kernels/cuda/softmax.cuh"
 
 namespace tandem {
 namespace {
@@ -30,52 +24,85 @@ class CudaBackend final : public Backend {
  public:
   CudaBackend() {
     TANDEM_CUDA_CHECK(cudaSetDevice(0));
+    TANDEM_CUDA_CHECK(cudaDeviceGetAttribute(&num_sms_, cudaDevAttrMultiProcessorCount, 0));
     TANDEM_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     TANDEM_CUBLAS_CHECK(cublasCreate(&cublas_));
     TANDEM_CUBLAS_CHECK(cublasSetStream(cublas_, stream_));
   }
   ~CudaBackend() override {
+    cudaStreamSynchronize(stream_);  // nothing may still use the workspace or the tables
+    for (RopeEntry& e : rope_tables_) cudaFree(e.device);
     cublasDestroy(cublas_);
     cudaStreamDestroy(stream_);
   }
   std::string_view name() const override { return "cuda"; }
 
-  void matmul(const TensorView&, const TensorView&, const TensorView&, const TensorView&) override {
-    missing("matmul");
+  void matmul(const TensorView& x, const TensorView& w, const TensorView& bias,
+              const TensorView& y) override {
+    cuda::matmul(x, w, bias, y, cublas_, ws_, stream_);
   }
-  void embedding(const TensorView&, const TensorView&, const TensorView&) override {
-    missing("embedding");
+  void embedding(const TensorView& ids, const TensorView& table, const TensorView& out) override {
+    cuda::embedding(ids, table, out, stream_);
   }
-  void rms_norm(const TensorView&, const TensorView&, float, const TensorView&) override {
-    missing("rms_norm");
+  void rms_norm(const TensorView& x, const TensorView& w, float eps,
+                const TensorView& out) override {
+    cuda::rms_norm(x, w, eps, out, stream_);
   }
-  void layer_norm(const TensorView&, const TensorView&, const TensorView&, float,
-                  const TensorView&) override {
-    missing("layer_norm");
+  void layer_norm(const TensorView& x, const TensorView& w, const TensorView& b, float eps,
+                  const TensorView& out) override {
+    cuda::layer_norm(x, w, b, eps, out, stream_);
   }
-  void rope(const TensorView&, const TensorView&, const RopeTable&) override { missing("rope"); }
-  void silu_mul(const TensorView&, const TensorView&, const TensorView&) override {
-    missing("silu_mul");
+  void rope(const TensorView& x, const TensorView& pos, const RopeTable& rope) override {
+    cuda::rope(x, pos, rope, inv_freq_on_device(rope), stream_);
   }
-  void relu(const TensorView&) override { missing("relu"); }
-  void add(const TensorView&, const TensorView&, const TensorView&) override { missing("add"); }
-  void softmax(const TensorView&) override { missing("softmax"); }
-  void attention(const TensorView&, const TensorView&, const TensorView&, const TensorView&,
-                 int64_t, float, const AttnPartial&) override {
-    missing("attention");
+  void silu_mul(const TensorView& gate, const TensorView& up, const TensorView& out) override {
+    cuda::silu_mul(gate, up, out, stream_);
   }
-  void merge(const AttnPartial&, const AttnPartial&) override { missing("merge"); }
-  void copy(const TensorView&, const TensorView&) override { missing("copy"); }
+  void relu(const TensorView& x) override { cuda::relu(x, stream_); }
+  void add(const TensorView& a, const TensorView& b, const TensorView& out) override {
+    cuda::add(a, b, out, stream_);
+  }
+  void softmax(const TensorView& x) override { cuda::softmax(x, stream_); }
+  void attention(const TensorView& q, const TensorView& k, const TensorView& v,
+                 const TensorView& q_pos, int64_t k_pos0, float scale,
+                 const AttnPartial& out) override {
+    cuda::attention(q, k, v, q_pos, k_pos0, scale, out, num_sms_, ws_, stream_);
+  }
+  void merge(const AttnPartial& a, const AttnPartial& b) override { cuda::merge(a, b, stream_); }
+  void copy(const TensorView& src, const TensorView& dst) override {
+    cuda::convert(src, dst, stream_);
+  }
   void synchronize() override { TANDEM_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
 
+  cudaStream_t stream() const { return stream_; }
+
  private:
-  [[noreturn]] static void missing(const char* op) {
-    TANDEM_FAIL(kUnsupported, "the CUDA backend has no ", op,
-                " kernel in this build yet; use --device cpu");
+  struct RopeEntry {
+    std::vector<float> inv_freq;
+    float* device = nullptr;
+  };
+
+  // The device copy of rope.inv_freq, uploaded on first use of these contents (a model has one
+  // or two tables, so a linear search by contents is cheap and survives a moved RopeTable).
+  const float* inv_freq_on_device(const RopeTable& rope) {
+    if (rope.inv_freq.empty()) return nullptr;
+    for (const RopeEntry& e : rope_tables_)
+      if (e.inv_freq == rope.inv_freq) return e.device;
+    RopeEntry e;
+    e.inv_freq = rope.inv_freq;
+    const size_t bytes = e.inv_freq.size() * sizeof(float);
+    TANDEM_CUDA_CHECK(cudaMalloc(&e.device, bytes));
+    rope_tables_.push_back(e);
+    // Synchronous from pageable memory: the host vector may change after this call returns.
+    TANDEM_CUDA_CHECK(cudaMemcpy(e.device, e.inv_freq.data(), bytes, cudaMemcpyHostToDevice));
+    return e.device;
   }
 
+  int num_sms_ = 0;
   cudaStream_t stream_ = nullptr;
   cublasHandle_t cublas_ = nullptr;
+  cuda::Workspace ws_;
+  std::vector<RopeEntry> rope_tables_;
 };
 
 }  // namespace
@@ -94,6 +121,7 @@ CudaDeviceInfo cuda_device_info() {
     info.memory_bytes = static_cast<int64_t>(prop.totalGlobalMem);
     info.sm_major = prop.major;
     info.sm_minor = prop.minor;
+    info.sm_count = prop.multiProcessorCount;
   }
   return info;
 }
@@ -102,6 +130,14 @@ std::unique_ptr<Backend> make_cuda_backend() {
   if (cuda_device_info().count == 0)
     TANDEM_FAIL(kUnsupported, "no CUDA device is visible (use --device cpu)");
   return std::make_unique<CudaBackend>();
+}
+
+void cuda_sample(Backend& backend, const TensorView& logits, const TensorView& temperature,
+                 const TensorView& top_k, const TensorView& top_p, const TensorView& uniform,
+                 const TensorView& ids) {
+  auto* cb = dynamic_cast<CudaBackend*>(&backend);
+  TANDEM_CHECK(cb != nullptr, "cuda_sample needs the CUDA backend, got ", backend.name());
+  cuda::sample(logits, temperature, top_k, top_p, uniform, ids, cb->stream());
 }
 
 }  // namespace tandem

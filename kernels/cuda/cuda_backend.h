@@ -1,6 +1,9 @@
-// CudaBackend: the GPU implementation of Backend. This build has the device plumbing (device
-// discovery, checked CUDA/cuBLAS calls, memory of each kind); the kernels come with the CUDA
-// backend issue, and until then every op reports that it is not available rather than guess.
+// CudaBackend: the GPU implementation of Backend (kernels/cuda/*.cu), on device 0 and one stream
+// that the backend owns. Operands are device pointers (TensorView with MemoryKind::kDevice);
+// merge also reads its second partial from mapped pinned host memory in place (kPinned).
+// Memory helpers for code without the CUDA headers are in kernels/cuda/cuda_memory.h. Without
+// CUDA (TANDEM_CUDA=OFF or no nvcc) cuda_stub.cpp provides these functions: no device, and
+// make_cuda_backend throws.
 #pragma once
 
 #include <memory>
@@ -15,6 +18,7 @@ struct CudaDeviceInfo {
   std::string name;  // device 0
   int64_t memory_bytes = 0;
   int sm_major = 0, sm_minor = 0;
+  int sm_count = 0;  // multiprocessors
 };
 
 // Never throws: a machine without a GPU or driver reports count 0.
@@ -22,5 +26,14 @@ CudaDeviceInfo cuda_device_info();
 
 // The CUDA backend on device 0; throws tandem::Error (kUnsupported) without a usable GPU.
 std::unique_ptr<Backend> make_cuda_backend();
+
+// Token sampling on the GPU (kernels/cuda/sampling.cuh) on the stream of `backend`, which must
+// come from make_cuda_backend. logits f32 [n, vocab]; temperature f32 [n], top_k i32 [n],
+// top_p f32 [n], uniform f32 [n] in [0, 1); ids i32 [n] out; all device memory. Greedy where
+// temperature <= 0 or top_k == 1, else temperature -> top-k -> softmax -> top-p -> the draw
+// `uniform` picks in the (probability desc, id asc) order. Asynchronous like every op.
+void cuda_sample(Backend& backend, const TensorView& logits, const TensorView& temperature,
+                 const TensorView& top_k, const TensorView& top_p, const TensorView& uniform,
+                 const TensorView& ids);
 
 }  // namespace tandem
