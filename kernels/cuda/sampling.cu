@@ -15,9 +15,10 @@ namespace {
 constexpr int kThreads = 1024;
 constexpr int kBins = 256;
 
-// Ascending key = descending value (IEEE order made unsigned, then inverted).
+// Ascending key = descending value (IEEE order made unsigned, then inverted). -0 and +0 compare
+// equal on the CPU, so they share the key of +0 (and are then ordered by id).
 __device__ __forceinline__ uint32_t order_key(float v) {
-  const uint32_t b = __float_as_uint(v);
+  const uint32_t b = __float_as_uint(v == 0.0f ? 0.0f : v);
   const uint32_t o = (b & 0x80000000u) ? ~b : (b | 0x80000000u);
   return ~o;
 }

@@ -1,0 +1,607 @@
+// Parity tests of the CUDA backend against the CPU reference backend: every op on random inputs
+// (fixed seeds, never zeros), the same inputs on both backends, outputs poisoned with NaN before
+// each GPU op so an unwritten element fails. Error measure as in test_cpu_ops.cpp:
+// max |gpu - cpu| / max |cpu|, below 1e-5 on f32 paths and 1e-2 where the GPU rounds an operand
+// to f16/bf16 that the CPU keeps in f32 (cuBLAS with 16-bit weights). GPU sampling is checked
+// against a CPU reference of the same rule, draw by draw.
+//
+// Without a CUDA device (or in a build without CUDA) the executable prints
+// "no CUDA device: N GPU tests skipped" and exits 4, ctest's SKIP_RETURN_CODE (label "gpu").
+// The listener base classes of Catch2 v2 (used below to skip the whole run without a GPU).
+#define CATCH_CONFIG_EXTERNAL_INTERFACES
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <span>
+#include <vector>
+
+#include "engine/sampler.h"
+#include "kernels/backend.h"
+#include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/cuda_memory.h"
+#include "kernels/dtype.h"
+#include "kernels/tensor.h"
+
+using namespace tandem;
+
+namespace {
+
+// Exits 4 before any test runs when there is no device to run them on.
+struct SkipWithoutGpu : Catch::TestEventListenerBase {
+  using TestEventListenerBase::TestEventListenerBase;
+  void testRunStarting(Catch::TestRunInfo const& info) override {
+    TestEventListenerBase::testRunStarting(info);
+    if (cuda_device_info().count > 0) return;
+    const size_t n = Catch::getAllTestCasesSorted(*m_config).size();
+    std::fprintf(stderr, "test_cuda_kernels: no CUDA device: %zu GPU tests skipped\n", n);
+    std::fflush(stderr);
+    std::exit(4);  // ctest SKIP_RETURN_CODE
+  }
+};
+
+constexpr double kTol32 = 1e-5;
+constexpr double kTol16 = 1e-2;
+constexpr float kInf = std::numeric_limits<float>::infinity();
+const DType kFloatTypes[] = {DType::kF32, DType::kF16, DType::kBF16};
+
+Backend& gpu() {
+  static const std::unique_ptr<Backend> b = make_cuda_backend();
+  return *b;
+}
+
+Backend& cpu() {
+  static const std::unique_ptr<Backend> b = make_cpu_backend();
+  return *b;
+}
+
+float to_float(DType t, const void* p, int64_t i) {
+  switch (t) {
+    case DType::kF32:
+      return static_cast<const float*>(p)[i];
+    case DType::kF16:
+      return f16_to_f32(static_cast<const uint16_t*>(p)[i]);
+    case DType::kBF16:
+      return bf16_to_f32(static_cast<const uint16_t*>(p)[i]);
+    default:
+      FAIL("not a float dtype");
+  }
+  return 0.0f;
+}
+
+void store(DType t, void* p, int64_t i, float v) {
+  switch (t) {
+    case DType::kF32:
+      static_cast<float*>(p)[i] = v;
+      return;
+    case DType::kF16:
+      static_cast<uint16_t*>(p)[i] = f32_to_f16(v);
+      return;
+    case DType::kBF16:
+      static_cast<uint16_t*>(p)[i] = f32_to_bf16(v);
+      return;
+    default:
+      FAIL("not a float dtype");
+  }
+}
+
+// Uniform magnitudes in [0.1, 1) * scale with random sign, plus offset: never zero.
+Buffer random_buffer(DType t, std::initializer_list<int64_t> dims, uint32_t seed,
+                     float scale = 1.0f, float offset = 0.0f) {
+  Buffer b(t, dims);
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> mag(0.1f, 1.0f);
+  const int64_t n = b.view().numel();
+  for (int64_t i = 0; i < n; ++i)
+    store(t, b.view().data, i, (rng() & 1u ? 1.0f : -1.0f) * mag(rng) * scale + offset);
+  return b;
+}
+
+Buffer i32_buffer(const std::vector<int32_t>& v) {
+  Buffer b(DType::kI32, {static_cast<int64_t>(v.size())});
+  std::memcpy(b.as<int32_t>(), v.data(), v.size() * sizeof(int32_t));
+  return b;
+}
+
+Buffer f32_buffer(const std::vector<float>& v) {
+  Buffer b(DType::kF32, {static_cast<int64_t>(v.size())});
+  std::memcpy(b.as<float>(), v.data(), v.size() * sizeof(float));
+  return b;
+}
+
+// A host copy of a contiguous host buffer of rank <= 3 (the CPU backend works in place on it).
+Buffer clone(const Buffer& src) {
+  const TensorView& v = src.view();
+  REQUIRE((v.ndim >= 1 && v.ndim <= 3));
+  Buffer b = v.ndim == 1   ? Buffer(v.dtype, {v.dim(0)})
+             : v.ndim == 2 ? Buffer(v.dtype, {v.dim(0), v.dim(1)})
+                           : Buffer(v.dtype, {v.dim(0), v.dim(1), v.dim(2)});
+  std::memcpy(b.view().data, v.data, static_cast<size_t>(v.nbytes()));
+  return b;
+}
+
+DeviceBuffer up(const Buffer& b) { return DeviceBuffer::upload(b.view()); }
+
+// A device buffer shaped like the host one, poisoned with NaN (0xff bytes).
+DeviceBuffer poisoned_like(const Buffer& b) {
+  DeviceBuffer d = DeviceBuffer::upload(b.view());
+  fill_device_bytes(d.view(), 0xff);
+  return d;
+}
+
+// The device buffer's values as floats (after every queued op has finished).
+std::vector<float> down(const TensorView& dev) {
+  gpu().synchronize();
+  std::vector<uint8_t> raw(static_cast<size_t>(dev.nbytes()));
+  TensorView host = dev;
+  host.data = raw.data();
+  host.memory = MemoryKind::kHost;
+  copy_to_host(dev, host);
+  std::vector<float> out(static_cast<size_t>(dev.numel()));
+  for (int64_t i = 0; i < dev.numel(); ++i)
+    out[static_cast<size_t>(i)] = to_float(dev.dtype, raw.data(), i);
+  return out;
+}
+
+std::vector<float> values(const Buffer& b) {
+  std::vector<float> out(static_cast<size_t>(b.view().numel()));
+  for (int64_t i = 0; i < b.view().numel(); ++i)
+    out[static_cast<size_t>(i)] = to_float(b.view().dtype, b.view().data, i);
+  return out;
+}
+
+// max |got - ref| / max |ref| over finite reference entries; a NaN in got, or an infinity
+// where ref has another value, is an infinite error.
+double rel_err(const std::vector<float>& got, const std::vector<float>& ref) {
+  REQUIRE(got.size() == ref.size());
+  double num = 0.0, den = 0.0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    if (std::isnan(got[i]) || std::isnan(ref[i])) return kInf;
+    if (std::isinf(ref[i]) || std::isinf(got[i])) {
+      if (got[i] != ref[i]) return kInf;
+      continue;
+    }
+    num = std::max(num, std::abs(static_cast<double>(got[i]) - ref[i]));
+    den = std::max(den, std::abs(static_cast<double>(ref[i])));
+  }
+  return den > 0.0 ? num / den : num;
+}
+
+// lse rows: infinities must match exactly, finite values within tol * max(1, |ref|).
+void check_lse(const std::vector<float>& got, const std::vector<float>& ref, double tol) {
+  REQUIRE(got.size() == ref.size());
+  for (size_t i = 0; i < ref.size(); ++i) {
+    INFO("lse row " << i << " gpu " << got[i] << " cpu " << ref[i]);
+    if (std::isinf(ref[i])) {
+      CHECK(got[i] == ref[i]);
+    } else {
+      CHECK(std::abs(static_cast<double>(got[i]) - ref[i]) <=
+            tol * std::max(1.0, std::abs(static_cast<double>(ref[i]))));
+    }
+  }
+}
+
+}  // namespace
+
+CATCH_REGISTER_LISTENER(SkipWithoutGpu)
+
+TEST_CASE("cuda: memory helpers round-trip device and mapped pinned buffers", "[gpu][memory]") {
+  const Buffer h = random_buffer(DType::kF32, {3, 17}, 1);
+  DeviceBuffer d = up(h);
+  CHECK(d.view().memory == MemoryKind::kDevice);
+  CHECK(rel_err(down(d.view()), values(h)) == 0.0);
+  MappedBuffer m(DType::kF32, {3, 17});
+  std::memcpy(m.as<float>(), h.as<float>(), static_cast<size_t>(h.view().nbytes()));
+  CHECK(m.view().memory == MemoryKind::kPinned);
+  DeviceBuffer d2(DType::kF32, {3, 17});
+  gpu().add(m.device_view(), m.device_view(), d2.view());  // a kernel reading mapped memory
+  std::vector<float> twice = values(h);
+  for (float& x : twice) x *= 2.0f;
+  CHECK(rel_err(down(d2.view()), twice) == 0.0);
+}
+
+TEST_CASE("cuda: embedding gathers f32/f16/bf16 rows", "[gpu][embedding]") {
+  uint32_t seed = 10;
+  for (DType t : kFloatTypes) {
+    INFO("table " << dtype_name(t));
+    const Buffer table = random_buffer(t, {1000, 300}, seed++);
+    const Buffer ids = i32_buffer({3, 999, 0, 512, 3, 77, 640});
+    Buffer ref(DType::kF32, {7, 300});
+    cpu().embedding(ids.view(), table.view(), ref.view());
+    const DeviceBuffer dt = up(table), di = up(ids), dout = poisoned_like(ref);
+    gpu().embedding(di.view(), dt.view(), dout.view());
+    CHECK(rel_err(down(dout.view()), values(ref)) < kTol32);
+  }
+}
+
+TEST_CASE("cuda: rms_norm and layer_norm, in place too", "[gpu][norm]") {
+  for (int64_t d : {64, 1000, 4099}) {
+    INFO("d=" << d);
+    const Buffer x = random_buffer(DType::kF32, {5, d}, 20, 3.0f, 0.5f);
+    const Buffer w = random_buffer(DType::kF32, {d}, 21);
+    const Buffer b = random_buffer(DType::kF32, {d}, 22);
+    Buffer ref_rms(DType::kF32, {5, d}), ref_ln(DType::kF32, {5, d});
+    cpu().rms_norm(x.view(), w.view(), 1e-5f, ref_rms.view());
+    cpu().layer_norm(x.view(), w.view(), b.view(), 1e-5f, ref_ln.view());
+    const DeviceBuffer dx = up(x), dw = up(w), db = up(b), dout = poisoned_like(x);
+    gpu().rms_norm(dx.view(), dw.view(), 1e-5f, dout.view());
+    CHECK(rel_err(down(dout.view()), values(ref_rms)) < kTol32);
+    gpu().layer_norm(dx.view(), dw.view(), db.view(), 1e-5f, dout.view());
+    CHECK(rel_err(down(dout.view()), values(ref_ln)) < kTol32);
+    const DeviceBuffer dx2 = up(x);
+    gpu().rms_norm(dx2.view(), dw.view(), 1e-5f, dx2.view());  // out aliases x
+    CHECK(rel_err(down(dx2.view()), values(ref_rms)) < kTol32);
+    const DeviceBuffer dx3 = up(x);
+    gpu().layer_norm(dx3.view(), dw.view(), db.view(), 1e-5f, dx3.view());
+    CHECK(rel_err(down(dx3.view()), values(ref_ln)) < kTol32);
+  }
+}
+
+TEST_CASE("cuda: rope neox, interleaved, partial rotary, mscale, large positions", "[gpu][rope]") {
+  struct Case {
+    int32_t head_dim, rotary_dim;
+    bool neox;
+    float mscale, base;
+  };
+  const Case cases[] = {{128, 128, true, 1.0f, 10000.0f},
+                        {128, 128, false, 1.0f, 500000.0f},
+                        {96, 32, true, 1.3f, 10000.0f},
+                        {64, 48, false, 0.8f, 1000.0f}};
+  uint32_t seed = 30;
+  for (const Case& c : cases) {
+    INFO("head_dim " << c.head_dim << " rotary " << c.rotary_dim << " neox " << c.neox);
+    RopeTable rt;
+    rt.head_dim = c.head_dim;
+    rt.rotary_dim = c.rotary_dim;
+    rt.neox = c.neox;
+    rt.mscale = c.mscale;
+    for (int32_t i = 0; i < c.rotary_dim / 2; ++i)
+      rt.inv_freq.push_back(static_cast<float>(std::pow(c.base, -2.0 * i / c.rotary_dim)));
+    const int64_t n = 6, heads = 5;
+    const Buffer x = random_buffer(DType::kF32, {n, heads, c.head_dim}, seed++);
+    const Buffer pos = i32_buffer({0, 1, 17, 4095, 100000, 131071});
+    Buffer ref = clone(x);
+    cpu().rope(ref.view(), pos.view(), rt);
+    const DeviceBuffer dx = up(x), dp = up(pos);
+    gpu().rope(dx.view(), dp.view(), rt);
+    CHECK(rel_err(down(dx.view()), values(ref)) < kTol32);
+    // A second call with the same table contents uses the cached upload.
+    const DeviceBuffer dx2 = up(x);
+    gpu().rope(dx2.view(), dp.view(), rt);
+    CHECK(rel_err(down(dx2.view()), values(ref)) < kTol32);
+  }
+}
+
+TEST_CASE("cuda: silu_mul, relu, add, in place too", "[gpu][elementwise]") {
+  const Buffer a = random_buffer(DType::kF32, {37, 515}, 40, 8.0f);
+  const Buffer b = random_buffer(DType::kF32, {37, 515}, 41, 2.0f);
+  Buffer ref(DType::kF32, {37, 515});
+  const DeviceBuffer da = up(a), db = up(b), dout = poisoned_like(a);
+
+  cpu().silu_mul(a.view(), b.view(), ref.view());
+  gpu().silu_mul(da.view(), db.view(), dout.view());
+  CHECK(rel_err(down(dout.view()), values(ref)) < kTol32);
+
+  cpu().add(a.view(), b.view(), ref.view());
+  gpu().add(da.view(), db.view(), dout.view());
+  CHECK(rel_err(down(dout.view()), values(ref)) < kTol32);
+  const DeviceBuffer da2 = up(a);
+  gpu().add(da2.view(), db.view(), da2.view());
+  CHECK(rel_err(down(da2.view()), values(ref)) < kTol32);
+
+  Buffer r = clone(a);
+  cpu().relu(r.view());
+  const DeviceBuffer da3 = up(a);
+  gpu().relu(da3.view());
+  CHECK(rel_err(down(da3.view()), values(r)) < kTol32);
+}
+
+TEST_CASE("cuda: softmax with masked entries and a fully masked row", "[gpu][softmax]") {
+  Buffer x = random_buffer(DType::kF32, {4, 1001}, 50, 10.0f);
+  for (int64_t c = 0; c < 1001; c += 3) x.as<float>()[c] = -kInf;          // row 0 partly masked
+  for (int64_t c = 0; c < 1001; ++c) x.as<float>()[2 * 1001 + c] = -kInf;  // row 2 fully
+  Buffer ref = clone(x);
+  cpu().softmax(ref.view());
+  const DeviceBuffer dx = up(x);
+  gpu().softmax(dx.view());
+  CHECK(rel_err(down(dx.view()), values(ref)) < kTol32);
+}
+
+TEST_CASE("cuda: copy converts between f32, f16 and bf16, strided rows too", "[gpu][copy]") {
+  uint32_t seed = 60;
+  for (DType st : kFloatTypes)
+    for (DType dt : kFloatTypes) {
+      INFO(dtype_name(st) << " -> " << dtype_name(dt));
+      const Buffer src = random_buffer(st, {9, 130}, seed++, 100.0f);
+      Buffer ref(dt, {9, 130});
+      cpu().copy(src.view(), ref.view());
+      const DeviceBuffer ds = up(src), dd = poisoned_like(ref);
+      gpu().copy(ds.view(), dd.view());
+      CHECK(rel_err(down(dd.view()), values(ref)) == 0.0);  // both round to nearest even
+    }
+  // Rows of 100 out of 130: strided source and destination.
+  const Buffer src = random_buffer(DType::kF32, {9, 130}, 70);
+  const DeviceBuffer ds = up(src);
+  DeviceBuffer dd(DType::kBF16, {9, 130});
+  fill_device_bytes(dd.view(), 0);
+  TensorView sv = ds.view(), dv = dd.view();
+  sv.shape[1] = 100;
+  dv.shape[1] = 100;
+  gpu().copy(sv, dv);
+  const std::vector<float> got = down(dd.view());
+  const std::vector<float> in = values(src);
+  double err = 0.0;
+  for (int64_t r = 0; r < 9; ++r)
+    for (int64_t c = 0; c < 130; ++c) {
+      const size_t i = static_cast<size_t>(r * 130 + c);
+      const float want = c < 100 ? bf16_to_f32(f32_to_bf16(in[i])) : 0.0f;
+      err = std::max(err, static_cast<double>(std::abs(got[i] - want)));
+    }
+  CHECK(err == 0.0);
+}
+
+TEST_CASE("cuda: matmul GEMV and cuBLAS paths for every weight dtype", "[gpu][matmul]") {
+  uint32_t seed = 80;
+  for (DType wt : kFloatTypes)
+    for (int64_t k : {256, 257, 1024})
+      for (int64_t n : {1, 2, 3, 8, 9, 37})
+        for (bool with_bias : {false, true}) {
+          const int64_t m = 300;
+          INFO("w " << dtype_name(wt) << " n=" << n << " k=" << k << " bias=" << with_bias);
+          const Buffer x = random_buffer(DType::kF32, {n, k}, seed++);
+          const Buffer w = random_buffer(wt, {m, k}, seed++);
+          const Buffer b = random_buffer(DType::kF32, {m}, seed++);
+          Buffer ref(DType::kF32, {n, m});
+          cpu().matmul(x.view(), w.view(), with_bias ? b.view() : TensorView(), ref.view());
+          const DeviceBuffer dx = up(x), dw = up(w), db = up(b), dy = poisoned_like(ref);
+          gpu().matmul(dx.view(), dw.view(), with_bias ? db.view() : TensorView(), dy.view());
+          // n > 8 with 16-bit weights: cuBLAS rounds x to the weight type.
+          const double tol = n > 8 && wt != DType::kF32 ? kTol16 : kTol32;
+          CHECK(rel_err(down(dy.view()), values(ref)) < tol);
+        }
+}
+
+namespace {
+
+struct AttnCase {
+  int64_t n, hq, hkv, d, t_keys, k_pos0;
+  std::vector<int32_t> q_pos;
+  DType kt, vt;
+};
+
+void run_attention(const AttnCase& c, uint32_t seed) {
+  INFO("n=" << c.n << " hq=" << c.hq << " hkv=" << c.hkv << " d=" << c.d << " T=" << c.t_keys
+            << " k " << dtype_name(c.kt) << " v " << dtype_name(c.vt));
+  const Buffer q = random_buffer(DType::kF32, {c.n, c.hq, c.d}, seed);
+  const Buffer k = random_buffer(c.kt, {c.t_keys, c.hkv, c.d}, seed + 1);
+  const Buffer v = random_buffer(c.vt, {c.t_keys, c.hkv, c.d}, seed + 2);
+  const Buffer pos = i32_buffer(c.q_pos);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(c.d));
+  Buffer ro(DType::kF32, {c.n, c.hq, c.d}), rl(DType::kF32, {c.n, c.hq});
+  cpu().attention(q.view(), k.view(), v.view(), pos.view(), c.k_pos0, scale,
+                  {ro.view(), rl.view()});
+  const DeviceBuffer dq = up(q), dk = up(k), dv = up(v), dp = up(pos);
+  const DeviceBuffer dox = poisoned_like(ro), dl = poisoned_like(rl);
+  gpu().attention(dq.view(), dk.view(), dv.view(), dp.view(), c.k_pos0, scale,
+                  {dox.view(), dl.view()});
+  CHECK(rel_err(down(dox.view()), values(ro)) < kTol32);
+  check_lse(down(dl.view()), values(rl), kTol32);
+}
+
+}  // namespace
+
+TEST_CASE("cuda: attention decode with split-K, GQA, KV dtypes, invisible queries",
+          "[gpu][attention]") {
+  uint32_t seed = 100;
+  for (DType t : kFloatTypes) {
+    // One query over a long span: split into chunks, merged by the combine kernel.
+    run_attention({1, 8, 2, 128, 3000, 0, {2999}, t, t}, seed += 3);
+    // A batch of 4 queries: one sees every key, two see part of the span, one sees none.
+    run_attention({4, 8, 2, 128, 2500, 1000, {3499, 1700, 999, 2000}, t, t}, seed += 3);
+  }
+  // Mixed KV dtypes, rep 7 (two head groups per kv head, the second partial), d not a multiple
+  // of 32, a span shorter than the split threshold.
+  run_attention({2, 14, 2, 80, 700, 0, {699, 350}, DType::kBF16, DType::kF16}, seed += 3);
+  // d = 256, MHA, split.
+  run_attention({1, 4, 4, 256, 1100, 5, {1104}, DType::kF32, DType::kBF16}, seed += 3);
+  // Keys positioned after the query: nothing visible, lse = -inf and o = 0 for every head.
+  run_attention({2, 4, 1, 64, 600, 100, {50, 99}, DType::kF16, DType::kF16}, seed += 3);
+}
+
+TEST_CASE("cuda: attention prefill (n > 1, causal within the chunk)", "[gpu][attention]") {
+  uint32_t seed = 200;
+  for (DType t : {DType::kF32, DType::kBF16}) {
+    const int64_t n = 64, past = 100, k_pos0 = 7;
+    std::vector<int32_t> pos;
+    for (int64_t i = 0; i < n; ++i) pos.push_back(static_cast<int32_t>(k_pos0 + past + i));
+    run_attention({n, 4, 4, 64, past + n, k_pos0, pos, t, t}, seed += 3);
+    run_attention({n, 8, 2, 128, past + n, k_pos0, pos, t, t}, seed += 3);
+  }
+}
+
+namespace {
+
+// lse values covering every merge case: finite, -inf on either side or both, +inf.
+struct MergeInputs {
+  Buffer ao, al, bo, bl;
+};
+
+MergeInputs merge_inputs(int64_t n, int64_t h, int64_t d, uint32_t seed) {
+  MergeInputs in{random_buffer(DType::kF32, {n, h, d}, seed),
+                 random_buffer(DType::kF32, {n, h}, seed + 1, 5.0f),
+                 random_buffer(DType::kF32, {n, h, d}, seed + 2),
+                 random_buffer(DType::kF32, {n, h}, seed + 3, 5.0f)};
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  float* al = in.al.as<float>();
+  float* bl = in.bl.as<float>();
+  for (int64_t r = 0; r < n * h; ++r) {
+    switch (r % 6) {
+      case 1:  // b empty: its o must not be read
+        bl[r] = -kInf;
+        for (int64_t c = 0; c < d; ++c) in.bo.as<float>()[r * d + c] = nan;
+        break;
+      case 2:  // a empty: b is taken as is
+        al[r] = -kInf;
+        for (int64_t c = 0; c < d; ++c) in.ao.as<float>()[r * d + c] = 0.0f;
+        break;
+      case 3:  // both empty
+        al[r] = -kInf;
+        bl[r] = -kInf;
+        for (int64_t c = 0; c < d; ++c) in.ao.as<float>()[r * d + c] = 0.0f;
+        break;
+      case 4:  // +inf on one side
+        al[r] = kInf;
+        break;
+      default:
+        break;
+    }
+  }
+  return in;
+}
+
+}  // namespace
+
+TEST_CASE("cuda: merge with -inf and +inf partials, device and mapped pinned", "[gpu][merge]") {
+  for (bool mapped : {false, true}) {
+    const int64_t n = 9, h = 12, d = 128;
+    INFO("b in " << (mapped ? "mapped pinned" : "device") << " memory");
+    MergeInputs in = merge_inputs(n, h, d, mapped ? 300 : 310);
+    Buffer ro = clone(in.ao), rl = clone(in.al);
+    cpu().merge({ro.view(), rl.view()}, {in.bo.view(), in.bl.view()});
+    const DeviceBuffer dao = up(in.ao), dal = up(in.al);
+    if (mapped) {
+      MappedBuffer bo(DType::kF32, {n, h, d}), bl(DType::kF32, {n, h});
+      std::memcpy(bo.as<float>(), in.bo.as<float>(), static_cast<size_t>(in.bo.view().nbytes()));
+      std::memcpy(bl.as<float>(), in.bl.as<float>(), static_cast<size_t>(in.bl.view().nbytes()));
+      gpu().merge({dao.view(), dal.view()}, {bo.view(), bl.view()});  // read in place
+      gpu().synchronize();  // before the mapped buffers go
+    } else {
+      const DeviceBuffer dbo = up(in.bo), dbl = up(in.bl);
+      gpu().merge({dao.view(), dal.view()}, {dbo.view(), dbl.view()});
+      gpu().synchronize();
+    }
+    CHECK(rel_err(down(dao.view()), values(ro)) < kTol32);
+    check_lse(down(dal.view()), values(rl), kTol32);
+  }
+}
+
+TEST_CASE("cuda: attention over two spans merged equals attention over all keys",
+          "[gpu][attention][merge]") {
+  const int64_t n = 3, hq = 8, hkv = 2, d = 128, t_keys = 2000, cut = 1500;
+  const Buffer q = random_buffer(DType::kF32, {n, hq, d}, 400);
+  const Buffer k = random_buffer(DType::kBF16, {t_keys, hkv, d}, 401);
+  const Buffer v = random_buffer(DType::kBF16, {t_keys, hkv, d}, 402);
+  const Buffer pos = i32_buffer({1999, 1600, 1000});
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+  Buffer ro(DType::kF32, {n, hq, d}), rl(DType::kF32, {n, hq});
+  cpu().attention(q.view(), k.view(), v.view(), pos.view(), 0, scale, {ro.view(), rl.view()});
+  const DeviceBuffer dq = up(q), dk = up(k), dv = up(v), dp = up(pos);
+  const DeviceBuffer ao = poisoned_like(ro), al = poisoned_like(rl);
+  const DeviceBuffer bo = poisoned_like(ro), bl = poisoned_like(rl);
+  gpu().attention(dq.view(), dk.view().slice(0, cut), dv.view().slice(0, cut), dp.view(), 0, scale,
+                  {ao.view(), al.view()});
+  gpu().attention(dq.view(), dk.view().slice(cut, t_keys), dv.view().slice(cut, t_keys), dp.view(),
+                  cut, scale, {bo.view(), bl.view()});
+  gpu().merge({ao.view(), al.view()}, {bo.view(), bl.view()});
+  CHECK(rel_err(down(ao.view()), values(ro)) < kTol32);
+  check_lse(down(al.view()), values(rl), kTol32);
+}
+
+namespace {
+
+// The rule of cuda_sample (engine/sampler.cpp without penalties and min-p) with a given uniform.
+int32_t ref_sample(const float* logits, int64_t vocab, float temp, int32_t top_k, float top_p,
+                   float u) {
+  const std::span<const float> row(logits, static_cast<size_t>(vocab));
+  if (temp <= 0.0f || top_k == 1) return argmax(row);
+  std::vector<std::pair<float, int32_t>> cand;
+  for (int64_t t = 0; t < vocab; ++t)
+    if (logits[t] != -kInf) cand.emplace_back(logits[t] / temp, static_cast<int32_t>(t));
+  if (cand.empty()) return argmax(row);
+  std::sort(cand.begin(), cand.end(), [](const auto& a, const auto& b) {
+    return a.first > b.first || (a.first == b.first && a.second < b.second);
+  });
+  if (top_k > 0 && static_cast<size_t>(top_k) < cand.size())
+    cand.resize(static_cast<size_t>(top_k));
+  const float mx = cand[0].first;
+  double sum = 0.0;
+  for (auto& c : cand) {
+    c.first = std::exp(c.first - mx);
+    sum += c.first;
+  }
+  for (auto& c : cand) c.first = static_cast<float>(c.first / sum);
+  if (top_p < 1.0f) {
+    double mass = 0.0;
+    size_t keep = 0;
+    while (keep < cand.size() && mass < top_p) mass += cand[keep++].first;
+    cand.resize(std::max<size_t>(keep, 1));
+  }
+  double total = 0.0;
+  for (const auto& c : cand) total += c.first;
+  const double r = static_cast<double>(u) * total;
+  double acc = 0.0;
+  for (const auto& c : cand) {
+    acc += c.first;
+    if (r < acc) return c.second;
+  }
+  return cand.back().second;
+}
+
+}  // namespace
+
+TEST_CASE("cuda: sampling greedy, temperature, top-k, top-p with given uniforms",
+          "[gpu][sampling]") {
+  struct RowParams {
+    float temp;
+    int32_t top_k;
+    float top_p;
+  };
+  const RowParams params[] = {{0.0f, 0, 1.0f},  {1.0f, 1, 1.0f},   {0.7f, 50, 0.9f},
+                              {1.0f, 0, 1.0f},  {1.3f, 0, 0.5f},   {1.0f, 3, 1.0f},
+                              {0.5f, 0, 0.95f}, {2.0f, 1000, 0.8f}};
+  const int64_t n = 8;
+  for (int64_t vocab : {5000, 128256}) {
+    for (bool ties : {false, true}) {
+      INFO("vocab " << vocab << (ties ? " with many ties" : ""));
+      Buffer logits = random_buffer(DType::kF32, {n, vocab}, ties ? 500 : 510, 6.0f);
+      float* lp = logits.as<float>();
+      for (int64_t i = 0; i < n * vocab; ++i) {
+        if (ties) lp[i] = std::round(lp[i]);  // 13 distinct values: ties everywhere
+        if (i % 97 == 5) lp[i] = -kInf;       // masked tokens
+      }
+      std::vector<float> temp, top_p;
+      std::vector<int32_t> top_k;
+      for (int64_t i = 0; i < n; ++i) {
+        temp.push_back(params[i].temp);
+        top_k.push_back(params[i].top_k);
+        top_p.push_back(params[i].top_p);
+      }
+      const DeviceBuffer dl = up(logits), dt = up(f32_buffer(temp)), dk = up(i32_buffer(top_k)),
+                         dp = up(f32_buffer(top_p));
+      DeviceBuffer ids(DType::kI32, {n});
+      std::mt19937 rng(ties ? 520 : 530);
+      std::uniform_real_distribution<float> uni(0.0f, 1.0f);
+      for (int round = 0; round < 20; ++round) {
+        std::vector<float> u;
+        for (int64_t i = 0; i < n; ++i) u.push_back(uni(rng));
+        const DeviceBuffer du = up(f32_buffer(u));
+        fill_device_bytes(ids.view(), 0xff);
+        cuda_sample(gpu(), dl.view(), dt.view(), dk.view(), dp.view(), du.view(), ids.view());
+        gpu().synchronize();
+        std::vector<int32_t> got(static_cast<size_t>(n));
+        copy_to_host(ids.view(), TensorView(got.data(), DType::kI32, {n}));
+        for (int64_t i = 0; i < n; ++i) {
+          INFO("round " << round << " row " << i << " u " << u[static_cast<size_t>(i)]);
+          CHECK(got[static_cast<size_t>(i)] ==
+                ref_sample(lp + i * vocab, vocab, temp[static_cast<size_t>(i)],
+                           top_k[static_cast<size_t>(i)], top_p[static_cast<size_t>(i)],
+                           u[static_cast<size_t>(i)]));
+        }
+      }
+    }
+  }
+}
