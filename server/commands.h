@@ -27,6 +27,7 @@ int cmd_bench_decode(const std::vector<std::string>& args);
 int cmd_make_model(const std::vector<std::string>& args);
 int cmd_perplexity(const std::vector<std::string>& args);
 int cmd_bench_cpu_attn(const std::vector<std::string>& args);
+int cmd_bench_kernels(const std::vector<std::string>& args);
 int cmd_bench(const std::vector<std::string>& args);
 
 }  // namespace tandem

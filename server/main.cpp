@@ -36,6 +36,7 @@ void usage() {
       "                [--max-concurrency C] [--request-rate R|inf] [--random-input-len I]\n"
       "                [--random-output-len O] [--save-result FILE] ... (vllm bench serve flags)\n"
       "  bench-cpu-attn [flags]  host attention bytes/s against memory bandwidth (JSON)\n"
+      "  bench-kernels [--iters N] [--reps N]  CUDA merge/attention GB/s vs copy bandwidth (JSON)\n"
       "kv flags: --dense | --sinks N --window N --block N --sparse full|hgca|topk --hgca-beta B\n"
       "          --topk-blocks K --cpu-attn parallel|ahead --cpu-threads N --device cpu|cuda\n",
       stderr);
@@ -60,6 +61,7 @@ int main(int argc, char** argv) {
     if (cmd == "make-model") return cmd_make_model(args);
     if (cmd == "perplexity") return cmd_perplexity(args);
     if (cmd == "bench-cpu-attn") return cmd_bench_cpu_attn(args);
+    if (cmd == "bench-kernels") return cmd_bench_kernels(args);
     if (cmd == "bench") return cmd_bench(args);
     if (cmd == "-h" || cmd == "--help" || cmd == "help") {
       usage();
