@@ -2,7 +2,8 @@
 # Depth sweep (not a test; llama-bench -d): decode tokens/s and ms per step with D tokens already
 # in the cache, for the dense KV and the hybrid policies (full, hgca, topk), at several batch
 # sizes. Each depth is filled by chunked prefill into fresh sequences, then `--gen` decode steps
-# are timed. Prints one JSON object per line: the machine first, then one line per
+# are timed (ms_per_step: mean; ms_per_step_median: median, robust to preempted steps on a
+# shared machine). Prints one JSON object per line: the machine first, then one line per
 # (policy, batch, depth) from `tandem bench-decode --depth`.
 #
 # The default model is a random-weight Llama of the `tiny` shape (2 layers, 4 heads, 2 KV heads,
@@ -18,7 +19,7 @@ cd "$root"
 build="${TANDEM_BUILD_DIR:-$root/build}"
 bin="$build/tandem"
 model="" depths="512,1024,2048,4096,8192,16384,32768,65536" batch="1,4"
-policies="dense,full,hgca,topk" gen=16 threads=0 extra=()
+policies="dense,full,hgca,topk" gen=32 threads=0 extra=()
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --model) model="$2"; shift 2 ;;

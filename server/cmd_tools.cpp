@@ -115,12 +115,21 @@ int cmd_bench_decode(const std::vector<std::string>& args) {
         step[static_cast<size_t>(b)] = {kvs[static_cast<size_t>(b)].get(),
                                         std::span<const int32_t>(&next[static_cast<size_t>(b)], 1),
                                         false, true, false};
-      model->forward(step);  // warm-up step, not timed
+      model->forward(step);        // warm-up step, not timed
+      std::vector<double> step_s;  // each step's time: the median shrugs off preempted steps
       const auto t1 = Clock::now();
-      for (int32_t g = 1; g < gen; ++g) model->forward(step);
+      for (int32_t g = 1; g < gen; ++g) {
+        const auto ts = Clock::now();
+        model->forward(step);
+        step_s.push_back(std::chrono::duration<double>(Clock::now() - ts).count());
+      }
       const double decode_s = std::chrono::duration<double>(Clock::now() - t1).count();
       const double steps = gen - 1;
       const double ms_step = decode_s / steps * 1e3;
+      std::sort(step_s.begin(), step_s.end());
+      const size_t mid = step_s.size() / 2;
+      const double ms_median =
+          (step_s.size() % 2 ? step_s[mid] : (step_s[mid - 1] + step_s[mid]) / 2) * 1e3;
       double load = -1;
       if (std::FILE* la = std::fopen("/proc/loadavg", "r")) {
         if (std::fscanf(la, "%lf", &load) != 1) load = -1;
@@ -146,6 +155,8 @@ int cmd_bench_decode(const std::vector<std::string>& args) {
           {"decode_steps", steps},
           {"decode_tokens_per_s", batch * steps / decode_s},
           {"ms_per_step", ms_step},
+          {"ms_per_step_median", ms_median},
+          {"decode_tokens_per_s_median", batch / (ms_median * 1e-3)},
           {"host_fraction_attended",
            host.host_entries > 0
                ? static_cast<double>(host.attended) / static_cast<double>(host.host_entries)
