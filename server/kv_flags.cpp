@@ -48,8 +48,10 @@ KvConfig parse_kv_flags(const Flags& f) {
   const std::string device = f.str("device", "cpu");
   TANDEM_REQUIRE(device == "cpu" || device == "cuda", kInvalidArgument,
                  "--device must be cpu or cuda");
-  TANDEM_REQUIRE(device == "cpu", kUnsupported,
-                 "--device cuda: the CUDA kernels are not in this build yet; use --device cpu");
+  TANDEM_REQUIRE(
+      device == "cpu", kUnsupported,
+      "--device cuda: the model does not run on the CUDA backend yet (its kernels exist, "
+      "the forward pass on the device does not); use --device cpu");
   c.validate();
   return c;
 }

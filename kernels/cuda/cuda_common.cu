@@ -57,6 +57,8 @@ Workspace::~Workspace() {
 void* Workspace::get(size_t bytes) {
   if (bytes <= bytes_) return ptr_;
   if (ptr_ != nullptr) {
+    // Earlier ops on any stream may still read the old block.
+    TANDEM_CUDA_CHECK(cudaDeviceSynchronize());
     TANDEM_CUDA_CHECK(cudaFree(ptr_));
     ptr_ = nullptr;
     bytes_ = 0;
