@@ -2,6 +2,7 @@
 // the rope inv_freq tables uploaded once each. Each op checks its views and launches the kernel
 // of its own file (elementwise, convert, embedding, norm, softmax, rope, matmul, attention,
 // merge, sampling) on the stream; synchronize() waits for it.
+#include <utility>
 #include <vector>
 
 #include "kernels/cuda/attention.cuh"
@@ -92,10 +93,13 @@ class CudaBackend final : public Backend {
     e.inv_freq = rope.inv_freq;
     const size_t bytes = e.inv_freq.size() * sizeof(float);
     TANDEM_CUDA_CHECK(cudaMalloc(&e.device, bytes));
-    rope_tables_.push_back(e);
-    // Synchronous from pageable memory: the host vector may change after this call returns.
-    TANDEM_CUDA_CHECK(cudaMemcpy(e.device, e.inv_freq.data(), bytes, cudaMemcpyHostToDevice));
-    return e.device;
+    rope_tables_.push_back(std::move(e));
+    const RopeEntry& kept = rope_tables_.back();
+    // On the backend's stream, so the rope kernel queued next sees it; from pageable memory the
+    // bytes are staged before the call returns.
+    TANDEM_CUDA_CHECK(
+        cudaMemcpyAsync(kept.device, kept.inv_freq.data(), bytes, cudaMemcpyHostToDevice, stream_));
+    return kept.device;
   }
 
   int num_sms_ = 0;

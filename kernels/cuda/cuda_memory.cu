@@ -70,6 +70,9 @@ void copy_to_device(const TensorView& src, const TensorView& dst) {
   if (src.nbytes() == 0) return;
   TANDEM_CUDA_CHECK(
       cudaMemcpy(dst.data, src.data, static_cast<size_t>(src.nbytes()), cudaMemcpyHostToDevice));
+  // From pageable memory cudaMemcpy may return before the DMA lands, and the backend's stream
+  // does not wait for the legacy default stream: wait here so any stream sees the data.
+  device_synchronize();
 }
 
 void copy_to_host(const TensorView& src, const TensorView& dst) {
@@ -86,6 +89,7 @@ void fill_device_bytes(const TensorView& dst, uint8_t byte) {
   TANDEM_CHECK(dst.contiguous() && dst.memory == MemoryKind::kDevice, "fill ", dst.describe());
   if (dst.nbytes() == 0) return;
   TANDEM_CUDA_CHECK(cudaMemset(dst.data, byte, static_cast<size_t>(dst.nbytes())));
+  device_synchronize();  // cudaMemset on device memory is asynchronous (legacy default stream)
 }
 
 void device_synchronize() { TANDEM_CUDA_CHECK(cudaDeviceSynchronize()); }

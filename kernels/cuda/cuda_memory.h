@@ -60,11 +60,12 @@ class MappedBuffer {
 };
 
 // src (host memory of any kind) -> dst (device): same dtype and element count, both contiguous.
-// Returns when the copy is done.
+// Returns when the copy is done and visible to every stream.
 void copy_to_device(const TensorView& src, const TensorView& dst);
 // src (device) -> dst (host): waits for all device work first (every stream), then copies.
 void copy_to_host(const TensorView& src, const TensorView& dst);
-// Every byte of a contiguous device view set to `byte` (0xff poisons f32 with NaN).
+// Every byte of a contiguous device view set to `byte` (0xff poisons f32 with NaN); returns
+// when done.
 void fill_device_bytes(const TensorView& dst, uint8_t byte);
 // Waits for all work on the device.
 void device_synchronize();
