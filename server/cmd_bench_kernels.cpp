@@ -177,10 +177,10 @@ void bench_attention(Backend& gpu, Backend& cpu, int64_t n, int64_t hq, int64_t 
 }  // namespace
 
 int cmd_bench_kernels(const std::vector<std::string>& args) {
-  const Flags flags(args, {"--iters", "--reps", "--copy-mb"}, {});
-  const int64_t iters = flags.integer("--iters", 50, 1, 100000);
-  const int64_t reps = flags.integer("--reps", 5, 1, 1000);
-  const int64_t copy_mb = flags.integer("--copy-mb", 1024, 16, 65536);
+  const Flags flags(args, {"iters", "reps", "copy-mb"}, {});
+  const int64_t iters = flags.integer("iters", 50, 1, 100000);
+  const int64_t reps = flags.integer("reps", 5, 1, 1000);
+  const int64_t copy_mb = flags.integer("copy-mb", 1024, 16, 65536);
   const CudaDeviceInfo info = cuda_device_info();
   TANDEM_REQUIRE(info.count > 0, kUnsupported,
                  "bench-kernels needs a CUDA device; none is visible");
