@@ -300,6 +300,94 @@ TEST_CASE("cuda: silu_mul, relu, add, in place too", "[gpu][elementwise]") {
   CHECK(rel_err(down(da3.view()), values(r)) < kTol32);
 }
 
+TEST_CASE("cuda: strided rows (views of wider buffers) in elementwise, norm, softmax, matmul",
+          "[gpu][strided]") {
+  const int64_t rows = 6, cols = 300, wide = 320, m = 70;
+  // x: rows of `cols` floats `wide` apart; the same values packed for the CPU.
+  const Buffer xw = random_buffer(DType::kF32, {rows, wide}, 90, 2.0f);
+  const Buffer yw = random_buffer(DType::kF32, {rows, wide}, 91);
+  Buffer x(DType::kF32, {rows, cols}), y(DType::kF32, {rows, cols});
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) {
+      x.as<float>()[r * cols + c] = xw.as<float>()[r * wide + c];
+      y.as<float>()[r * cols + c] = yw.as<float>()[r * wide + c];
+    }
+  const DeviceBuffer dxw = up(xw), dyw = up(yw);
+  TensorView dx = dxw.view(), dy = dyw.view();
+  dx.shape[1] = cols;
+  dy.shape[1] = cols;
+  // Packed row-major results of a strided device view.
+  auto packed = [&](const DeviceBuffer& wide_buf) {
+    const std::vector<float> all = down(wide_buf.view());
+    std::vector<float> out;
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c) out.push_back(all[static_cast<size_t>(r * wide + c)]);
+    return out;
+  };
+  Buffer ref(DType::kF32, {rows, cols});
+  {
+    const DeviceBuffer ow = poisoned_like(xw);
+    TensorView o = ow.view();
+    o.shape[1] = cols;
+    cpu().silu_mul(x.view(), y.view(), ref.view());
+    gpu().silu_mul(dx, dy, o);
+    CHECK(rel_err(packed(ow), values(ref)) < kTol32);
+  }
+  {
+    const DeviceBuffer ow = poisoned_like(xw);
+    TensorView o = ow.view();
+    o.shape[1] = cols;
+    const Buffer w = random_buffer(DType::kF32, {cols}, 92);
+    const DeviceBuffer dw = up(w);
+    cpu().rms_norm(x.view(), w.view(), 1e-6f, ref.view());
+    gpu().rms_norm(dx, dw.view(), 1e-6f, o);
+    CHECK(rel_err(packed(ow), values(ref)) < kTol32);
+  }
+  {
+    const DeviceBuffer sw = up(xw);
+    TensorView s = sw.view();
+    s.shape[1] = cols;
+    Buffer r = clone(x);
+    cpu().softmax(r.view());
+    gpu().softmax(s);
+    CHECK(rel_err(packed(sw), values(r)) < kTol32);
+  }
+  for (int64_t n : {3, 6}) {  // GEMV with x rows 320 floats apart; cuBLAS below
+    INFO("matmul n=" << n);
+    const Buffer w = random_buffer(DType::kBF16, {m, cols}, 93);
+    const DeviceBuffer dw = up(w);
+    Buffer r(DType::kF32, {n, m});
+    cpu().matmul(x.view().slice(0, n), w.view(), TensorView(), r.view());
+    DeviceBuffer yo(DType::kF32, {n, m + 5});
+    fill_device_bytes(yo.view(), 0xff);
+    TensorView yv = yo.view();
+    yv.shape[1] = m;
+    gpu().matmul(dx.slice(0, n), dw.view(), TensorView(), yv);
+    const std::vector<float> all = down(yo.view());
+    std::vector<float> got;
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t j = 0; j < m; ++j) got.push_back(all[static_cast<size_t>(i * (m + 5) + j)]);
+    CHECK(rel_err(got, values(r)) < kTol32);
+  }
+  {  // cuBLAS path: 12 strided rows of f32 weights' input.
+    const Buffer xb = random_buffer(DType::kF32, {12, wide}, 94);
+    const DeviceBuffer dxb = up(xb);
+    TensorView xv = dxb.view();
+    xv.shape[1] = cols;
+    Buffer xp(DType::kF32, {12, cols});
+    for (int64_t r = 0; r < 12; ++r)
+      for (int64_t c = 0; c < cols; ++c)
+        xp.as<float>()[r * cols + c] = xb.as<float>()[r * wide + c];
+    const Buffer w = random_buffer(DType::kF32, {m, cols}, 95);
+    const DeviceBuffer dw = up(w);
+    Buffer r(DType::kF32, {12, m});
+    cpu().matmul(xp.view(), w.view(), TensorView(), r.view());
+    const DeviceBuffer yo = poisoned_like(r);
+    gpu().matmul(xv, dw.view(), TensorView(), yo.view());
+    CHECK(rel_err(down(yo.view()), values(r)) < kTol32);
+  }
+}
+
 TEST_CASE("cuda: softmax with masked entries and a fully masked row", "[gpu][softmax]") {
   Buffer x = random_buffer(DType::kF32, {4, 1001}, 50, 10.0f);
   for (int64_t c = 0; c < 1001; c += 3) x.as<float>()[c] = -kInf;          // row 0 partly masked
@@ -474,10 +562,14 @@ TEST_CASE("cuda: merge with -inf and +inf partials, device and mapped pinned", "
     cpu().merge({ro.view(), rl.view()}, {in.bo.view(), in.bl.view()});
     const DeviceBuffer dao = up(in.ao), dal = up(in.al);
     if (mapped) {
-      MappedBuffer bo(DType::kF32, {n, h, d}), bl(DType::kF32, {n, h});
-      std::memcpy(bo.as<float>(), in.bo.as<float>(), static_cast<size_t>(in.bo.view().nbytes()));
-      std::memcpy(bl.as<float>(), in.bl.as<float>(), static_cast<size_t>(in.bl.view().nbytes()));
-      gpu().merge({dao.view(), dal.view()}, {bo.view(), bl.view()});  // read in place
+      // Rows 1..n of a larger mapped allocation: the partial is a slice, as in a host pool.
+      MappedBuffer bo(DType::kF32, {n + 1, h, d}), bl(DType::kF32, {n + 1, h});
+      std::memcpy(bo.as<float>() + h * d, in.bo.as<float>(),
+                  static_cast<size_t>(in.bo.view().nbytes()));
+      std::memcpy(bl.as<float>() + h, in.bl.as<float>(),
+                  static_cast<size_t>(in.bl.view().nbytes()));
+      gpu().merge({dao.view(), dal.view()},
+                  {bo.view().slice(1, n + 1), bl.view().slice(1, n + 1)});  // read in place
       gpu().synchronize();  // before the mapped buffers go
     } else {
       const DeviceBuffer dbo = up(in.bo), dbl = up(in.bl);

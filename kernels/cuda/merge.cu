@@ -49,12 +49,15 @@ __global__ void merge_kernel(MergeView a, float* a_lse, MergeView b, int64_t hea
   }
 }
 
-// The pointer a kernel uses for p: the device alias of mapped pinned memory, else p itself.
+// The pointer a kernel uses for t: the device alias of mapped pinned memory (any address inside
+// the allocation, so slices work), else t's own pointer.
 const float* device_alias(const TensorView& t) {
   if (t.memory != MemoryKind::kPinned || t.data == nullptr) return t.as<const float>();
-  void* dev = nullptr;
-  TANDEM_CUDA_CHECK(cudaHostGetDevicePointer(&dev, t.data, 0));
-  return static_cast<const float*>(dev);
+  cudaPointerAttributes attr{};
+  TANDEM_CUDA_CHECK(cudaPointerGetAttributes(&attr, t.data));
+  TANDEM_CHECK(attr.devicePointer != nullptr, "merge: ", t.describe(),
+               " is not mapped pinned memory (allocate it with cudaHostAllocMapped)");
+  return static_cast<const float*>(attr.devicePointer);
 }
 
 }  // namespace
