@@ -1,6 +1,7 @@
 // `tandem bench`: load-tests an OpenAI-compatible server with the flags of `vllm bench serve`
 // (random dataset): prints progress on stderr, the result table on stdout and, with
-// --save-result, the same figures as JSON. The client itself lives in server/bench_client.*.
+// --save-result FILE (or vllm's bare --save-result [--result-dir D] [--result-filename F]), the
+// same figures as JSON. The client itself lives in server/bench_client.*.
 #include <signal.h>
 
 #include <cmath>
@@ -8,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <set>
 #include <sstream>
 
 #include "engine/tokenizer.h"
@@ -41,6 +43,18 @@ std::vector<std::string> join_goodput(const std::vector<std::string>& args) {
     while (i + 1 < args.size() && args[i + 1].rfind("--", 0) != 0)
       v += (v.empty() ? "" : " ") + args[++i];
     out.push_back(v);
+  }
+  return out;
+}
+
+// --save-result takes a file here; in vllm it is a switch with --result-dir/--result-filename.
+// A bare --save-result (followed by another flag or nothing) is read the vllm way.
+std::vector<std::string> vllm_save_result(const std::vector<std::string>& args) {
+  std::vector<std::string> out;
+  for (size_t i = 0; i < args.size(); ++i) {
+    out.push_back(args[i]);
+    if (args[i] == "--save-result" && (i + 1 == args.size() || args[i + 1].rfind("--", 0) == 0))
+      out.push_back("");  // the name comes from --result-dir/--result-filename
   }
   return out;
 }
@@ -82,32 +96,36 @@ double parse_rate(const std::string& s) {
 
 int cmd_bench(const std::vector<std::string>& args) {
   signal(SIGPIPE, SIG_IGN);
-  const Flags f(join_goodput(args),
-                {"base-url",
-                 "host",
-                 "port",
-                 "endpoint",
-                 "model",
-                 "served-model-name",
-                 "tokenizer",
-                 "num-prompts",
-                 "max-concurrency",
-                 "request-rate",
-                 "burstiness",
-                 "random-input-len",
-                 "random-output-len",
-                 "random-range-ratio",
-                 "api-key",
-                 "percentile-metrics",
-                 "metric-percentiles",
-                 "goodput",
-                 "seed",
-                 "save-result",
-                 "temperature",
-                 "timeout",
-                 "backend",
-                 "dataset-name"},
-                {"ignore-eos", "stream", "no-stream", "no-warmup", "quiet"});
+  const std::set<std::string> values = {"base-url",
+                                        "host",
+                                        "port",
+                                        "endpoint",
+                                        "model",
+                                        "served-model-name",
+                                        "tokenizer",
+                                        "num-prompts",
+                                        "max-concurrency",
+                                        "request-rate",
+                                        "burstiness",
+                                        "random-input-len",
+                                        "random-output-len",
+                                        "random-range-ratio",
+                                        "api-key",
+                                        "percentile-metrics",
+                                        "metric-percentiles",
+                                        "goodput",
+                                        "seed",
+                                        "save-result",
+                                        "temperature",
+                                        "timeout",
+                                        "backend",
+                                        "dataset-name",
+                                        "result-dir",
+                                        "result-filename"};
+  const std::set<std::string> bools = {"ignore-eos",       "stream", "no-stream",
+                                       "no-warmup",        "quiet",  "disable-tqdm",
+                                       "trust-remote-code"};
+  const Flags f(join_goodput(vllm_save_result(args)), values, bools);
   bench::BenchConfig cfg;
   if (f.has("base-url")) {
     cfg.base_url = f.str("base-url");
@@ -144,7 +162,7 @@ int cmd_bench(const std::vector<std::string>& args) {
   cfg.timeout_s = f.number("timeout", 600, 1, 86400);
   cfg.seed = static_cast<uint64_t>(f.integer("seed", 0, 0, INT64_MAX));
   cfg.warmup = !f.flag("no-warmup");
-  cfg.progress = !f.flag("quiet");
+  cfg.progress = !f.flag("quiet") && !f.flag("disable-tqdm");
   cfg.percentile_metrics = split(f.str("percentile-metrics", "ttft,tpot,itl"), ',');
   for (const auto& m : cfg.percentile_metrics)
     TANDEM_REQUIRE(m == "ttft" || m == "tpot" || m == "itl" || m == "e2el", kInvalidArgument,
@@ -197,8 +215,26 @@ int cmd_bench(const std::vector<std::string>& args) {
         std::fprintf(stderr, "[bench] first error: %s\n", r.error.c_str());
         break;
       }
-  if (f.has("save-result")) {
-    const std::string path = f.str("save-result");
+  if (f.has("save-result") || f.has("result-filename")) {
+    std::string path = f.str("save-result");
+    if (path.empty()) {
+      // vllm's default name: backend-rateqps[-concurrencyC]-model-date.json
+      path = f.str("result-filename", "");
+      if (path.empty()) {
+        std::ostringstream rate;
+        if (cfg.request_rate > 0)
+          rate << cfg.request_rate;
+        else
+          rate << "inf";
+        std::string name = fs::path(cfg.model).filename().string();
+        path =
+            report["backend"].get<std::string>() + "-" + rate.str() + "qps" +
+            (cfg.max_concurrency > 0 ? "-concurrency" + std::to_string(cfg.max_concurrency) : "") +
+            "-" + (name.empty() ? "model" : name) + "-" + report["date"].get<std::string>() +
+            ".json";
+      }
+      if (f.has("result-dir")) path = (fs::path(f.str("result-dir")) / path).string();
+    }
     std::ofstream o(path);
     TANDEM_REQUIRE(o, kIo, "--save-result: cannot write ", path);
     o << report.dump(2) << "\n";
