@@ -11,6 +11,7 @@
 #define CATCH_CONFIG_EXTERNAL_INTERFACES
 #include <algorithm>
 #include <catch2/catch.hpp>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -18,6 +19,7 @@
 #include <limits>
 #include <random>
 #include <span>
+#include <thread>
 #include <vector>
 
 #include "engine/sampler.h"
@@ -579,6 +581,34 @@ TEST_CASE("cuda: merge with -inf and +inf partials, device and mapped pinned", "
     CHECK(rel_err(down(dao.view()), values(ro)) < kTol32);
     check_lse(down(dal.view()), values(rl), kTol32);
   }
+}
+
+TEST_CASE("cuda: the stream waits on a flag in mapped memory published by a CPU thread",
+          "[gpu][merge][flag]") {
+  const int64_t n = 4, h = 8, d = 64;
+  MergeInputs in = merge_inputs(n, h, d, 320);
+  Buffer ro = clone(in.ao), rl = clone(in.al);
+  cpu().merge({ro.view(), rl.view()}, {in.bo.view(), in.bl.view()});
+  const DeviceBuffer dao = up(in.ao), dal = up(in.al);
+  MappedBuffer flag(DType::kI32, {1}), bo(DType::kF32, {n, h, d}), bl(DType::kF32, {n, h});
+  publish_flag(flag.view(), 0);
+  // The host partial is not there yet: NaN everywhere, which the merge must never see.
+  std::fill_n(bo.as<float>(), n * h * d, std::numeric_limits<float>::quiet_NaN());
+  std::fill_n(bl.as<float>(), n * h, std::numeric_limits<float>::quiet_NaN());
+  // The "CPU worker" produces the partial later, on its own thread (also where a sanitizer
+  // makes kernel launches block the launching thread).
+  std::jthread worker([&] {  // joins on the way out even if a call below throws
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    std::memcpy(bo.as<float>(), in.bo.as<float>(), static_cast<size_t>(in.bo.view().nbytes()));
+    std::memcpy(bl.as<float>(), in.bl.as<float>(), static_cast<size_t>(in.bl.view().nbytes()));
+    publish_flag(flag.view(), 1);
+  });
+  cuda_wait_flag(gpu(), flag.view(), 1);
+  gpu().merge({dao.view(), dal.view()}, {bo.view(), bl.view()});  // queued behind the wait
+  worker.join();
+  gpu().synchronize();
+  CHECK(rel_err(down(dao.view()), values(ro)) < kTol32);
+  check_lse(down(dal.view()), values(rl), kTol32);
 }
 
 TEST_CASE("cuda: attention over two spans merged equals attention over all keys",

@@ -11,6 +11,7 @@
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/elementwise.cuh"
 #include "kernels/cuda/embedding.cuh"
+#include "kernels/cuda/flag_wait.cuh"
 #include "kernels/cuda/matmul.cuh"
 #include "kernels/cuda/merge.cuh"
 #include "kernels/cuda/norm.cuh"
@@ -142,6 +143,13 @@ void cuda_sample(Backend& backend, const TensorView& logits, const TensorView& t
   auto* cb = dynamic_cast<CudaBackend*>(&backend);
   TANDEM_CHECK(cb != nullptr, "cuda_sample needs the CUDA backend, got ", backend.name());
   cuda::sample(logits, temperature, top_k, top_p, uniform, ids, cb->stream());
+}
+
+void cuda_wait_flag(Backend& backend, const TensorView& flag, uint32_t target,
+                    uint32_t timeout_ms) {
+  auto* cb = dynamic_cast<CudaBackend*>(&backend);
+  TANDEM_CHECK(cb != nullptr, "cuda_wait_flag needs the CUDA backend, got ", backend.name());
+  cuda::wait_flag(flag, target, timeout_ms, cb->stream());
 }
 
 }  // namespace tandem

@@ -36,4 +36,12 @@ void cuda_sample(Backend& backend, const TensorView& logits, const TensorView& t
                  const TensorView& top_k, const TensorView& top_p, const TensorView& uniform,
                  const TensorView& ids);
 
+// Makes the stream of `backend` (from make_cuda_backend) wait, on the GPU, until the 32-bit
+// counter `flag` (i32 [1] in mapped pinned memory, e.g. a MappedBuffer) is >= target; the host
+// thread returns at once. The producer writes its data, then publish_flag(flag, target)
+// (kernels/cuda/cuda_memory.h). A wait longer than timeout_ms fails the stream (reported by the
+// next synchronize) rather than hanging.
+void cuda_wait_flag(Backend& backend, const TensorView& flag, uint32_t target,
+                    uint32_t timeout_ms = 30000);
+
 }  // namespace tandem

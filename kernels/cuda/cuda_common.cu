@@ -45,6 +45,15 @@ void check_device_memory(const TensorView& t, const char* what) {
                t.describe(), " is in pageable host memory (needs device or mapped pinned memory)");
 }
 
+void* device_pointer(const TensorView& t) {
+  if (t.memory != MemoryKind::kPinned || t.data == nullptr) return t.data;
+  cudaPointerAttributes attr{};
+  TANDEM_CUDA_CHECK(cudaPointerGetAttributes(&attr, t.data));
+  TANDEM_CHECK(attr.devicePointer != nullptr, t.describe(),
+               " is pinned but not mapped into the device (allocate it with cudaHostAllocMapped)");
+  return attr.devicePointer;
+}
+
 unsigned grid_for(int64_t n, int threads) {
   constexpr int64_t kMaxBlocks = 65536;  // grid-stride loops cover the rest
   return static_cast<unsigned>(std::clamp<int64_t>((n + threads - 1) / threads, 1, kMaxBlocks));

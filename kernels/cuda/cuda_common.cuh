@@ -72,6 +72,9 @@ bool same_shape(const TensorView& a, const TensorView& b);
 bool is_float_dtype(DType t);
 // Throws unless a kernel may dereference the view's pointer: device or mapped pinned memory.
 void check_device_memory(const TensorView& t, const char* what);
+// The pointer a kernel uses for t: for mapped pinned memory (MemoryKind::kPinned) its device
+// alias, found for any address inside the allocation (so slices work); else t's own pointer.
+void* device_pointer(const TensorView& t);
 // Blocks for a grid-stride loop over n items: enough to fill the device, never above the limit.
 unsigned grid_for(int64_t n, int threads);
 

@@ -67,6 +67,11 @@ void copy_to_host(const TensorView& src, const TensorView& dst);
 // Every byte of a contiguous device view set to `byte` (0xff poisons f32 with NaN); returns
 // when done.
 void fill_device_bytes(const TensorView& dst, uint8_t byte);
+// flag <- value (a 32-bit counter in mapped pinned memory) with release ordering: everything this
+// thread wrote before is visible to a GPU that reads the new value (cuda_wait_flag). Host only.
+inline void publish_flag(const TensorView& flag, uint32_t value) {
+  __atomic_store_n(static_cast<uint32_t*>(flag.data), value, __ATOMIC_RELEASE);
+}
 // Waits for all work on the device.
 void device_synchronize();
 // Device-to-device cudaMemcpy bandwidth in GB/s (1e9 bytes/s, bytes read + bytes written),

@@ -20,6 +20,8 @@ void cuda_sample(Backend&, const TensorView&, const TensorView&, const TensorVie
   no_cuda("cuda_sample");
 }
 
+void cuda_wait_flag(Backend&, const TensorView&, uint32_t, uint32_t) { no_cuda("cuda_wait_flag"); }
+
 void DeviceBuffer::Free::operator()(void*) const {}
 void MappedBuffer::Free::operator()(void*) const {}
 DeviceBuffer::DeviceBuffer(DType, std::initializer_list<int64_t>) { no_cuda("DeviceBuffer"); }

@@ -49,17 +49,6 @@ __global__ void merge_kernel(MergeView a, float* a_lse, MergeView b, int64_t hea
   }
 }
 
-// The pointer a kernel uses for t: the device alias of mapped pinned memory (any address inside
-// the allocation, so slices work), else t's own pointer.
-const float* device_alias(const TensorView& t) {
-  if (t.memory != MemoryKind::kPinned || t.data == nullptr) return t.as<const float>();
-  cudaPointerAttributes attr{};
-  TANDEM_CUDA_CHECK(cudaPointerGetAttributes(&attr, t.data));
-  TANDEM_CHECK(attr.devicePointer != nullptr, "merge: ", t.describe(),
-               " is not mapped pinned memory (allocate it with cudaHostAllocMapped)");
-  return static_cast<const float*>(attr.devicePointer);
-}
-
 }  // namespace
 
 void merge(const AttnPartial& a, const AttnPartial& b, cudaStream_t stream) {
@@ -82,8 +71,8 @@ void merge(const AttnPartial& a, const AttnPartial& b, cudaStream_t stream) {
                "merge too large: ", a.o.describe());
   const MergeView av{a.o.as<float>(), a.lse.as<const float>(), a.o.stride[0],
                      a.o.stride[1],   a.lse.stride[0],         a.lse.stride[1]};
-  const MergeView bv{const_cast<float*>(device_alias(b.o)),
-                     device_alias(b.lse),
+  const MergeView bv{static_cast<float*>(device_pointer(b.o)),
+                     static_cast<const float*>(device_pointer(b.lse)),
                      b.o.stride[0],
                      b.o.stride[1],
                      b.lse.stride[0],

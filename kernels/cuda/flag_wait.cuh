@@ -1,0 +1,16 @@
+// GPU-side wait on a host flag: the stream stalls until a 32-bit counter in mapped pinned memory
+// reaches a target, so the host thread never blocks on the CPU attention workers (DESIGN.md:
+// GPU-centric synchronisation).
+#pragma once
+
+#include "kernels/cuda/cuda_common.cuh"
+
+namespace tandem::cuda {
+
+// flag: one i32/u32 in mapped pinned memory (kPinned) or device memory. Work queued on `stream`
+// after this call starts once *flag >= target (unsigned compare), read with system-scope acquire
+// ordering, so whatever the host wrote before publishing the flag is visible to it. A wait
+// longer than timeout_ms traps (the next synchronize reports an error) instead of hanging.
+void wait_flag(const TensorView& flag, uint32_t target, uint32_t timeout_ms, cudaStream_t stream);
+
+}  // namespace tandem::cuda
