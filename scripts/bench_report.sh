@@ -12,7 +12,8 @@
 #   [TANDEM_BUILD_DIR=build-x] scripts/bench_report.sh [--quick] [--model DIR] [--port P]
 #       [--out DIR (default docs)]
 # Model: --model, else models/tandem-demo when it exists, else ../shared/models/tinystories-656k.
-# Runtime on 2 cores: about 3 minutes with --quick, 12-18 minutes without.
+# Runtime on 2 cores: under a minute with --quick, about 10 minutes without (the first run also
+# writes the random-weight models, 7.5 GB for bench_decode.sh).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
