@@ -5,10 +5,10 @@ Hugging Face checkpoints (see models/tandem-demo/README.md and models/tandem-lon
 Usage (Debian's python3-torch; paths are relative to the repository root):
 
     # tandem-demo: BPE tokenizer + 1024-context model trained from scratch
-    /usr/bin/python3 scripts/train_model.py --preset demo --steps 150 \
-        --out models/tandem-demo --work /work/train/demo
+    /usr/bin/python3 scripts/train_model.py --preset demo --steps 1000 --batch 1 --lr 1.5e-3 \
+        --skip-generated --out models/tandem-demo --work /work/train/demo
     # tandem-long: initialised from tandem-demo, continued on 4096-token windows
-    /usr/bin/python3 scripts/train_model.py --preset long --steps 24 \
+    /usr/bin/python3 scripts/train_model.py --preset long --steps 100 --skip-generated \
         --init-from models/tandem-demo --out models/tandem-long --work /work/train/long
 
 The model cards give the exact commands and step counts of the committed models.  Debian's
@@ -21,7 +21,8 @@ Only PyTorch and NumPy are needed: the byte-level BPE trainer/encoder, the token
 and the safetensors writer are all implemented below.  Everything is deterministic given
 --seed (data order, initialisation, sampling of training windows).
 
-Stages (each run does all of them; finished stages are skipped):
+Stages (each run does all of them; the tokenizer, the tokenized corpus and, with --resume,
+the finished training steps are reused from <work>):
 1. Corpus: every *.py under /usr/lib/python3.11 (the Python standard library, Debian's
    libpython3.11-stdlib and friends), split by file: a file is held out when the first
    four bytes of sha1(relative path) mod 100 are < 5.  The held-out list is written to
@@ -29,8 +30,10 @@ Stages (each run does all of them; finished stages are skipped):
 2. Tokenizer (demo only; long reuses the demo's): byte-level BPE trained on a deterministic
    ~4 MB sample of the training files, GPT-2 pre-tokenizer regex, 3 special tokens
    (<|endoftext|> = BOS/EOS, <|im_start|>, <|im_end|>), vocabulary 4096.
-3. Training: AdamW, warmup + cosine decay, random windows of --seq tokens from the stream
-   of training files (each prefixed by <|endoftext|>, in a seeded shuffled order).
+3. Training: AdamW, warmup + cosine decay, windows at seeded random offsets of the stream
+   of training files (each prefixed by <|endoftext|>, in a seeded shuffled order; with
+   --skip-generated without the generated tables of is_generated); the demo preset uses
+   256-token windows for the first 75% of the steps, then full 1024-token ones.
    Checkpoints (model + optimiser + step + RNG states) go to <work>/ckpt.pt every
    --save-every steps; --resume continues from there.
 4. Export: config.json, model.safetensors (F32), tokenizer.json, tokenizer_config.json
@@ -529,7 +532,7 @@ def train(args, c, model, stream):
 
     model.train()
     t0 = time.time()
-    while step < args.steps:
+    while step < min(args.steps, args.stop_at or args.steps):
         seq = c["short_seq"] if step < c["short_frac"] * args.steps else c["seq"]
         batch = c["batch"] * c["seq"] // seq
         starts = torch.randint(0, len(stream) - seq - 1, (batch,), generator=gen)
@@ -550,7 +553,7 @@ def train(args, c, model, stream):
         if step % 10 == 0 or step == 1:
             log(f"step {step}/{args.steps} loss {loss.item():.4f} lr {lr_at(step - 1, c, args.steps):.2e}"
                 f" tokens {seen} {seen / spent:.0f} tok/s elapsed {spent / 60:.1f} min")
-        if step % args.save_every == 0 or step == args.steps:
+        if step % args.save_every == 0 or step in (args.steps, args.stop_at):
             save()
     return seen, spent
 
@@ -652,6 +655,9 @@ def main():
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--resume", action="store_true", help="continue from <work>/ckpt.pt")
+    ap.add_argument("--stop-at", type=int,
+                    help="stop (checkpoint, export, evaluate) at this step; --steps still sets "
+                         "the learning-rate schedule and the switch to full-length windows")
     ap.add_argument("--save-every", type=int, default=20)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--bpe-sample-mb", type=float, default=4.0)
