@@ -27,7 +27,7 @@ constexpr double kTol = 1e-4;  // f32 forward against a float64 reference
 
 TEST_CASE("trained models match the PyTorch logits of their saved weights", "[model][trained]") {
   auto backend = make_cpu_backend();
-  for (const char* name : {"tandem-demo"}) {
+  for (const char* name : {"tandem-demo", "tandem-long"}) {
     DYNAMIC_SECTION(name) {
       const nlohmann::json fx = load_fixture(name);
       auto model = Model::load(repo_path(fx["model"].get<std::string>()), *backend);
@@ -53,7 +53,7 @@ TEST_CASE("trained models match the PyTorch logits of their saved weights", "[mo
 }
 
 TEST_CASE("trained tokenizers encode held-out text like the Python BPE", "[tokenizer][trained]") {
-  for (const char* name : {"tandem-demo"}) {
+  for (const char* name : {"tandem-demo", "tandem-long"}) {
     DYNAMIC_SECTION(name) {
       const nlohmann::json fx = load_fixture(name);
       const Tokenizer tok = Tokenizer::load(repo_path(fx["model"].get<std::string>()));
