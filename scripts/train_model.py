@@ -8,7 +8,7 @@ Usage (Debian's python3-torch; paths are relative to the repository root):
     /usr/bin/python3 scripts/train_model.py --preset demo --steps 1000 --batch 1 --lr 1.5e-3 \
         --skip-generated --out models/tandem-demo --work /work/train/demo
     # tandem-long: initialised from tandem-demo, continued on 4096-token windows
-    /usr/bin/python3 scripts/train_model.py --preset long --steps 100 --skip-generated \
+    /usr/bin/python3 scripts/train_model.py --preset long --steps 56 --skip-generated \
         --init-from models/tandem-demo --out models/tandem-long --work /work/train/long
 
 The model cards give the exact commands and step counts of the committed models.  Debian's
@@ -27,9 +27,9 @@ the finished training steps are reused from <work>):
    libpython3.11-stdlib and friends), split by file: a file is held out when the first
    four bytes of sha1(relative path) mod 100 are < 5.  The held-out list is written to
    <out>/heldout-files.txt.
-2. Tokenizer (demo only; long reuses the demo's): byte-level BPE trained on a deterministic
-   ~4 MB sample of the training files, GPT-2 pre-tokenizer regex, 3 special tokens
-   (<|endoftext|> = BOS/EOS, <|im_start|>, <|im_end|>), vocabulary 4096.
+2. Tokenizer (demo only; long reuses the demo's): byte-level BPE trained on a seeded sample
+   of at least --bpe-sample-mb (4) MB of the training files, GPT-2 pre-tokenizer regex,
+   3 special tokens (<|endoftext|> = BOS/EOS, <|im_start|>, <|im_end|>), vocabulary 4096.
 3. Training: AdamW, warmup + cosine decay, windows at seeded random offsets of the stream
    of training files (each prefixed by <|endoftext|>, in a seeded shuffled order; with
    --skip-generated without the generated tables of is_generated); the demo preset uses
