@@ -551,7 +551,8 @@ def train(args, c, model, stream):
         spent += now - t0
         t0 = now
         if step % 10 == 0 or step == 1:
-            log(f"step {step}/{args.steps} loss {loss.item():.4f} lr {lr_at(step - 1, c, args.steps):.2e}"
+            lr = lr_at(step - 1, c, args.steps)
+            log(f"step {step}/{args.steps} loss {loss.item():.4f} lr {lr:.2e}"
                 f" tokens {seen} {seen / spent:.0f} tok/s elapsed {spent / 60:.1f} min")
         if step % args.save_every == 0 or step in (args.steps, args.stop_at):
             save()
@@ -589,7 +590,8 @@ def evaluate(args, c, model, bpe, files, all_ids, offsets):
                for s in range(0, min(len(ids) - body + 1, EVAL_SEGMENTS * body), body)]
         res.update(heldout_text_tokens=len(ids), heldout_segments=len(nll),
                    heldout_ppl=math.exp(np.mean(nll)),
-                   cli_segments=CLI_SEGMENTS, cli_protocol_ppl=math.exp(np.mean(nll[:CLI_SEGMENTS])))
+                   cli_segments=CLI_SEGMENTS,
+                   cli_protocol_ppl=math.exp(np.mean(nll[:CLI_SEGMENTS])))
     else:
         long_files = [i for i in held if offsets[i + 1] - offsets[i] >= 4096]
         acc = np.zeros(4096)
