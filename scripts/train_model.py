@@ -5,7 +5,7 @@ Hugging Face checkpoints (see models/tandem-demo/README.md and models/tandem-lon
 Usage (Debian's python3-torch; paths are relative to the repository root):
 
     # tandem-demo: BPE tokenizer + 1024-context model trained from scratch
-    /usr/bin/python3 scripts/train_model.py --preset demo --steps 1000 --batch 1 --lr 1.5e-3 \
+    /usr/bin/python3 scripts/train_model.py --preset demo --steps 1330 --batch 1 --lr 1.5e-3 \
         --skip-generated --out models/tandem-demo --work /work/train/demo
     # tandem-long: initialised from tandem-demo, continued on 4096-token windows
     /usr/bin/python3 scripts/train_model.py --preset long --steps 56 --skip-generated \
