@@ -37,6 +37,9 @@ namespace {
 const char* kKey = "sk-tandem-test";
 
 fs::path model_dir() {
+  // TANDEM_E2E_MODEL picks another model folder (e.g. models/tandem-demo) for a manual run.
+  if (const char* env = std::getenv("TANDEM_E2E_MODEL"); env != nullptr && *env != 0)
+    return tandem::test::repo_path(env);
   for (const char* rel : {"../shared/models/tinystories-656k", "models/tandem-demo"}) {
     const fs::path p = tandem::test::repo_path(rel);
     if (fs::exists(p / "config.json") && fs::exists(p / "tokenizer.json")) return p;
