@@ -7,7 +7,7 @@ set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
 scripts/setup.sh
-scripts/build.sh
+TANDEM_BUILD_TARGET=tandem scripts/build.sh  # the server binary only, not the tests
 model="${TANDEM_MODEL:-}"
 if [[ -z "$model" ]]; then
   for m in "$root/models/tandem-demo" "$root/../shared/models/tinystories-656k"; do
@@ -18,4 +18,4 @@ if [[ -z "$model" ]]; then
   echo "serve.sh: no model found; set TANDEM_MODEL to a Hugging Face model folder" >&2
   exit 1
 fi
-exec build/tandem serve --model "$model" "$@"
+exec "${TANDEM_BUILD_DIR:-$root/build}/tandem" serve --model "$model" "$@"
