@@ -5,6 +5,10 @@
 # JSON lines docs/accuracy/MODEL.jsonl, then rebuilds docs/accuracy.md from every section plus
 # docs/accuracy/notes.md (the reading of the figures, written by hand).
 #   scripts/accuracy.sh [MODEL_DIR TEXT_FILE CTX BLOCK]
+# TEXT_FILE may be heldout:N — the first 16,000 bytes (about 4K tokens) of each of the first N
+# long held-out files that MODEL_DIR/eval.json lists (long_files, from /usr/lib/python3.11), so a
+# model trained by scripts/train_model.py is measured on text it never saw, e.g.
+#   scripts/accuracy.sh models/tandem-long heldout:3 4096 64
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
@@ -13,6 +17,20 @@ text="${2:-tests/fixtures/text/tinystories-sampled.txt}"
 ctx="${3:-512}"
 block="${4:-16}"
 [[ -x build/tandem ]] || scripts/build.sh >&2
+if [[ "$text" == heldout:* ]]; then
+  n="${text#heldout:}"
+  text=$(mktemp /tmp/tandem-heldout.XXXXXX)
+  trap 'rm -f "$text"' EXIT
+  python3 -c 'import json, sys; print("\n".join(json.load(open(sys.argv[1]))["long_files"][:int(sys.argv[2])]))' \
+    "$model/eval.json" "$n" | while read -r f; do
+    head -c 16000 "/usr/lib/python3.11/$f"
+  done > "$text"
+  text_label="heldout:$n"
+  text_note="Text: the first 16,000 bytes of $(python3 -c 'import json, sys; print(", ".join(json.load(open(sys.argv[1]))["long_files"][:int(sys.argv[2])]))' "$model/eval.json" "$n") (held-out files of /usr/lib/python3.11)."
+else
+  text_label="$text"
+  text_note=""
+fi
 name=$(basename "$model")
 mkdir -p docs/accuracy
 out=docs/accuracy/$name.md
@@ -36,11 +54,12 @@ done
 {
   echo "## $name"
   echo
-  echo "Produced by \`scripts/accuracy.sh $model $text $ctx $block\` on $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'),"
+  echo "Produced by \`scripts/accuracy.sh $model $text_label $ctx $block\` on $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'),"
   echo "$(date -u +%Y-%m-%d). Perplexity is teacher-forced through the decode path (\`tandem perplexity --prefill 1\`):"
   echo "every token after the first is a decode step, so the window, the host tier, the policy and the start"
   echo "mode are what is measured. sinks 4, block $block, context $ctx. \"host attended\" is the fraction of"
   echo "(host token, KV head) entries the policy selected, averaged over decode steps and layers."
+  if [[ -n "$text_note" ]]; then echo "$text_note"; fi
   echo
   echo "| window | mode | policy | ppl | vs dense | host attended |"
   echo "|---|---|---|---|---|---|"
