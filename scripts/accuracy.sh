@@ -9,9 +9,27 @@
 # long held-out files that MODEL_DIR/eval.json lists (long_files, from /usr/lib/python3.11), so a
 # model trained by scripts/train_model.py is measured on text it never saw, e.g.
 #   scripts/accuracy.sh models/tandem-long heldout:3 4096 64
+# `scripts/accuracy.sh --assemble` only rebuilds docs/accuracy.md (after editing notes.md).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
+
+assemble() {
+  {
+    echo "# Accuracy of the host policies"
+    echo
+    echo "One section per model, each written by \`scripts/accuracy.sh\` (command in the section)."
+    echo
+    for f in docs/accuracy/*.md; do
+      [[ "$f" == docs/accuracy/notes.md ]] && continue
+      cat "$f"
+      echo
+    done
+    [[ -f docs/accuracy/notes.md ]] && cat docs/accuracy/notes.md
+  } > docs/accuracy.md
+}
+
+if [[ "${1:-}" == --assemble ]]; then assemble; exit 0; fi
 model="${1:-../shared/models/tinystories-656k}"
 text="${2:-tests/fixtures/text/tinystories-sampled.txt}"
 ctx="${3:-512}"
@@ -19,14 +37,13 @@ block="${4:-16}"
 [[ -x build/tandem ]] || scripts/build.sh >&2
 if [[ "$text" == heldout:* ]]; then
   n="${text#heldout:}"
+  mapfile -t files < <(python3 -c 'import json, sys
+print("\n".join(json.load(open(sys.argv[1]))["long_files"][:int(sys.argv[2])]))' "$model/eval.json" "$n")
   text=$(mktemp /tmp/tandem-heldout.XXXXXX)
   trap 'rm -f "$text"' EXIT
-  python3 -c 'import json, sys; print("\n".join(json.load(open(sys.argv[1]))["long_files"][:int(sys.argv[2])]))' \
-    "$model/eval.json" "$n" | while read -r f; do
-    head -c 16000 "/usr/lib/python3.11/$f"
-  done > "$text"
+  for f in "${files[@]}"; do head -c 16000 "/usr/lib/python3.11/$f"; done > "$text"
   text_label="heldout:$n"
-  text_note="Text: the first 16,000 bytes of $(python3 -c 'import json, sys; print(", ".join(json.load(open(sys.argv[1]))["long_files"][:int(sys.argv[2])]))' "$model/eval.json" "$n") (held-out files of /usr/lib/python3.11)."
+  text_note="Text: the first 16,000 bytes of each of ${files[*]} (held-out files of /usr/lib/python3.11)."
 else
   text_label="$text"
   text_note=""
@@ -81,16 +98,4 @@ done
   printf "Dense reference: ppl %.4f.\n" "$dense"
 } > "$out"
 cat "$out"
-
-{
-  echo "# Accuracy of the host policies"
-  echo
-  echo "One section per model, each written by \`scripts/accuracy.sh\` (command in the section)."
-  echo
-  for f in docs/accuracy/*.md; do
-    [[ "$f" == docs/accuracy/notes.md ]] && continue
-    cat "$f"
-    echo
-  done
-  [[ -f docs/accuracy/notes.md ]] && cat docs/accuracy/notes.md
-} > docs/accuracy.md
+assemble
