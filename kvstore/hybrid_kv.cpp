@@ -216,8 +216,10 @@ void HybridKv::host_partial_dense(Backend& be, Layer& l, const TensorView& q,
   }
 }
 
-void HybridKv::submit_host(Layer& l, const float* q) {
+void HybridKv::submit_host(Layer& l, const float* q_in) {
   const int32_t G = shape_.n_head_q / shape_.n_head_kv, d = shape_.head_dim, b = cfg_.block;
+  l.host_q.assign(q_in, q_in + int64_t{shape_.n_head_q} * d);
+  const float* q = l.host_q.data();
   const int64_t es = dtype_size(layout_.dtype);
   const int32_t nblocks = static_cast<int32_t>(l.host.size());
   auto rows_of = [&](int32_t j) { return std::min(b, l.host_tokens - j * b); };

@@ -72,7 +72,10 @@ class HybridKv final : public SequenceKv {
     int32_t host_tokens = 0;
     // Host partial of a decode step in flight (parallel or ahead), and what its work points to.
     std::optional<HostAttention::Ticket> ticket;
-    Buffer host_o, host_lse;                      // [n_head_q, head_dim], [n_head_q]
+    Buffer host_o, host_lse;  // [n_head_q, head_dim], [n_head_q]
+    // The query the work reads: a copy, since the caller's (e.g. the model's predicted-query
+    // buffer in ahead mode) is overwritten by the next layer before this one is merged.
+    std::vector<float> host_q;                    // [n_head_q, head_dim]
     std::vector<std::vector<HostBlockRef>> refs;  // per KV head
     std::vector<std::vector<int32_t>> idx;        // per KV head: selected rows, all blocks
   };

@@ -1,7 +1,10 @@
 // The hybrid KV store: exactness of `full` against the dense cache for every window split and
 // architecture, the layer-ahead path against parallel, block accounting under random workloads,
 // the bounded device footprint, and the selection primitives (MAW, Quest, thresholds).
+#include <algorithm>
 #include <catch2/catch.hpp>
+#include <cmath>
+#include <future>
 #include <random>
 
 #include "kernels/backend.h"
@@ -231,4 +234,63 @@ TEST_CASE("MAW step, thresholds, Quest bound and top-k", "[hybrid][selection]") 
   CHECK(top_k_indices(bounds, 2) == std::vector<int32_t>{1, 3});
   CHECK(top_k_indices(bounds, 9) == std::vector<int32_t>{0, 1, 2, 3, 4});
   CHECK(top_k_indices(bounds, 0).empty());
+}
+
+// Ahead mode hands over a predicted query that the model overwrites with the next layer's
+// prediction before this layer merges; the host work must not read it in place. The single host
+// worker is held busy until the caller's buffer has been overwritten, so a store that kept only
+// the pointer would attend with the wrong query every time.
+TEST_CASE("ahead mode keeps its own copy of the predicted query", "[hybrid][ahead]") {
+  auto backend = make_cpu_backend();
+  const KvShape shape{1, 4, 2, 8, 1.0f / std::sqrt(8.0f)};
+  KvConfig cfg = hybrid(4, SparsePolicy::kFull, CpuAttnMode::kAhead);
+  cfg.cpu_threads = 1;
+  KvStore store(shape, cfg, 2, 64);
+  std::mt19937 rng(7);
+  std::normal_distribution<float> nd;
+  auto random = [&](std::vector<int64_t> dims) {
+    Buffer b(DType::kF32, dims);
+    for (int64_t i = 0; i < b.view().numel(); ++i) b.as<float>()[i] = nd(rng);
+    return b;
+  };
+  const int32_t n = 16;
+  Buffer q = random({n, 4, 8}), k = random({n, 2, 8}), v = random({n, 2, 8});
+  Buffer pos(DType::kI32, {n + 1});
+  for (int32_t i = 0; i <= n; ++i) pos.as<int32_t>()[i] = i;
+  Buffer qd = random({1, 4, 8}), kd = random({1, 2, 8}), vd = random({1, 2, 8});
+  const Buffer pred = random({1, 4, 8});
+
+  std::vector<Buffer> outs;
+  for (bool overwrite : {false, true}) {
+    auto kv = store.new_sequence(64);
+    Buffer o(DType::kF32, {n, 4, 8}), lse(DType::kF32, {n, 4});
+    kv->begin_step(false, true);
+    kv->attend(*backend, 0, q.view(), k.view(), v.view(), pos.view().slice(0, n),
+               AttnPartial{o.view(), lse.view()});
+    kv->advance(n);
+    REQUIRE(KvStore::stats_of(*kv).host_entries == 0);
+
+    // Hold the one host worker until the predicted query has been overwritten.
+    std::promise<void> release;
+    std::shared_future<void> released = release.get_future().share();
+    float blk_o[8 * 2], blk_lse[2];
+    HostAttention& ha = *store.host_attention();
+    const HostAttention::Ticket blocker = ha.submit(
+        {HostAttnItem{qd.as<float>(), 2, blk_o, blk_lse, {}}}, [released] { released.wait(); });
+
+    Buffer qp(DType::kF32, {1, 4, 8});
+    std::copy_n(pred.as<float>(), 32, qp.as<float>());
+    kv->begin_step(true, true);
+    kv->prefetch(*backend, 0, qp.view());
+    if (overwrite) std::fill_n(qp.as<float>(), 32, 3.0f);  // the next layer's prediction
+    release.set_value();
+    ha.wait(blocker);
+    Buffer od(DType::kF32, {1, 4, 8}), lsed(DType::kF32, {1, 4});
+    kv->attend(*backend, 0, qd.view(), kd.view(), vd.view(), pos.view().slice(n, n + 1),
+               AttnPartial{od.view(), lsed.view()});
+    kv->advance(1);
+    CHECK(KvStore::stats_of(*kv).host_entries > 0);
+    outs.push_back(std::move(od));
+  }
+  CHECK(rel_error(outs[1].as<float>(), outs[0].as<float>(), 32) == 0.0);
 }
