@@ -248,7 +248,7 @@ TEST_CASE("ahead mode keeps its own copy of the predicted query", "[hybrid][ahea
   KvStore store(shape, cfg, 2, 64);
   std::mt19937 rng(7);
   std::normal_distribution<float> nd;
-  auto random = [&](std::vector<int64_t> dims) {
+  auto random = [&](std::initializer_list<int64_t> dims) {
     Buffer b(DType::kF32, dims);
     for (int64_t i = 0; i < b.view().numel(); ++i) b.as<float>()[i] = nd(rng);
     return b;
