@@ -3,6 +3,7 @@
 #include <oneapi/tbb/info.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <exception>
 #include <string>
@@ -22,7 +23,7 @@ ThreadLimit::ThreadLimit(int64_t threads) {
 
 namespace {
 
-void usage() {
+void usage(FILE* to = stderr) {
   std::fputs(
       "usage: tandem <command> [flags]\n"
       "  run           --model DIR --prompt TEXT [--max-tokens N] [--temperature T] [--top-p P]\n"
@@ -39,7 +40,7 @@ void usage() {
       "  bench-kernels [--iters N] [--reps N]  CUDA merge/attention GB/s vs copy bandwidth (JSON)\n"
       "kv flags: --dense | --sinks N --window N --block N --sparse full|hgca|topk --hgca-beta B\n"
       "          --topk-blocks K --cpu-attn parallel|ahead --cpu-threads N --device cpu|cuda\n",
-      stderr);
+      to);
 }
 
 }  // namespace
@@ -54,6 +55,12 @@ int main(int argc, char** argv) {
   }
   const std::string cmd = argv[1];
   const std::vector<std::string> args(argv + 2, argv + argc);
+  // `tandem CMD --help` (or -h anywhere after the command) prints the usage, like `tandem --help`.
+  if (std::find_if(args.begin(), args.end(),
+                   [](const std::string& a) { return a == "--help" || a == "-h"; }) != args.end()) {
+    usage(stdout);
+    return 0;
+  }
   try {
     if (cmd == "run") return cmd_run(args);
     if (cmd == "serve") return cmd_serve(args);
@@ -64,7 +71,7 @@ int main(int argc, char** argv) {
     if (cmd == "bench-kernels") return cmd_bench_kernels(args);
     if (cmd == "bench") return cmd_bench(args);
     if (cmd == "-h" || cmd == "--help" || cmd == "help") {
-      usage();
+      usage(stdout);
       return 0;
     }
     std::fprintf(stderr, "tandem: unknown command \"%s\"\n", cmd.c_str());

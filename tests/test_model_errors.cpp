@@ -145,3 +145,16 @@ TEST_CASE("tandem run reports a bad model in one line and exits non-zero", "[mod
   CHECK_THAT(err, Catch::StartsWith("tandem: error: ") && Catch::Contains("unknown model_type"));
   CHECK(std::count(err.begin(), err.end(), '\n') == 1);
 }
+
+TEST_CASE("tandem CMD --help prints the usage and exits 0", "[cli]") {
+  ScratchModel m("llama-tiny");  // only for a scratch folder
+  for (const char* args : {"--help", "serve --help", "run --model x -h", "perplexity --help"}) {
+    const fs::path out = m.dir / "stdout.txt";
+    const std::string cmd =
+        std::string(TANDEM_TANDEM_BIN) + " " + args + " > " + out.string() + " 2>/dev/null";
+    const int status = std::system(cmd.c_str());
+    REQUIRE(WIFEXITED(status));
+    CHECK(WEXITSTATUS(status) == 0);
+    CHECK_THAT(m.read("stdout.txt"), Catch::StartsWith("usage: tandem <command>"));
+  }
+}
