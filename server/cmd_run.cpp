@@ -47,7 +47,7 @@ int cmd_run(const std::vector<std::string>& args) {
 
   const std::vector<int32_t> prompt = tok.encode(f.required("prompt"), !f.flag("no-bos"));
   const int32_t ctx = static_cast<int32_t>(f.integer("ctx", c.max_context, 1, c.max_context));
-  KvStore store(model->kv_shape(), kv_cfg, 1, ctx);
+  KvStore store(model->backend(), model->kv_shape(), kv_cfg, 1, ctx);
   auto kv = store.new_sequence(ctx);
 
   StreamDecoder dec(tok);

@@ -179,7 +179,7 @@ int cmd_serve(const std::vector<std::string>& args) {
       static_cast<int32_t>(f.integer("step-token-budget", eo.step_token_budget, 1, 1 << 24));
   eo.seed = static_cast<uint64_t>(
       f.integer("seed", static_cast<int64_t>(std::random_device{}() & 0x7fffffff), 0, INT64_MAX));
-  KvStore store(model->kv_shape(), kv_cfg, eo.max_batch, eo.max_model_len);
+  KvStore store(model->backend(), model->kv_shape(), kv_cfg, eo.max_batch, eo.max_model_len);
   log->info("kv: {}; max batch {}, max model len {}, max waiting {}", kv_cfg.describe(),
             eo.max_batch, eo.max_model_len, eo.max_waiting);
   Engine engine(*model, tok, store, eo);

@@ -82,7 +82,7 @@ int cmd_bench_decode(const std::vector<std::string>& args) {
     for (int64_t depth64 : depths) {
       const int32_t depth = static_cast<int32_t>(depth64);
       const int32_t cap = depth + gen + 1;
-      KvStore store(model->kv_shape(), kv_cfg, static_cast<int32_t>(batch), cap);
+      KvStore store(model->backend(), model->kv_shape(), kv_cfg, static_cast<int32_t>(batch), cap);
       std::vector<std::unique_ptr<SequenceKv>> kvs;
       std::vector<std::vector<int32_t>> prompts(static_cast<size_t>(batch));
       uint64_t x = 12345;
