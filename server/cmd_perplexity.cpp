@@ -25,7 +25,7 @@ int cmd_perplexity(const std::vector<std::string>& args) {
   const ThreadLimit limit(f.integer("threads", 0, 0, 4096));
   const std::string dir = f.required("model");
   const KvConfig kv_cfg = parse_kv_flags(f);
-  auto backend = make_cpu_backend();
+  auto backend = make_backend(f);
   auto model = Model::load(dir, *backend);
   const Tokenizer tok = Tokenizer::load(dir);
   const ModelConfig& c = model->config();

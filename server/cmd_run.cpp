@@ -23,7 +23,7 @@ int cmd_run(const std::vector<std::string>& args) {
   const KvConfig kv_cfg = parse_kv_flags(f);
   const std::string dir = f.required("model");
   const auto threads = ThreadLimit(f.integer("threads", 0, 0, 4096));
-  auto backend = make_cpu_backend();
+  auto backend = make_backend(f);
   auto model = Model::load(dir, *backend);
   const Tokenizer tok = Tokenizer::load(dir);
   const ModelConfig& c = model->config();

@@ -159,7 +159,7 @@ int cmd_serve(const std::vector<std::string>& args) {
   const auto threads = ThreadLimit(f.integer("threads", 0, 0, 4096));
   const auto t_load = std::chrono::steady_clock::now();
   log->info("loading {} ...", dir);
-  auto backend = make_cpu_backend();
+  auto backend = make_backend(f);
   auto model = Model::load(dir, *backend);
   const Tokenizer tok = Tokenizer::load(dir);
   const ChatTemplate tmpl = ChatTemplate::from_model_dir(dir);
