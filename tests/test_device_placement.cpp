@@ -4,10 +4,19 @@
 // device block pool, uploads of host partials and host blocks). Every operand of every op must
 // lie inside one of its allocations, and every upload source and download target outside them,
 // so a host pointer reaching a device op (a mapped weight, a host KV block, a host-side buffer)
-// fails the test. Its allocations start as NaN bytes, so an element read before it is written
-// shows in the logits. Logits must equal the plain CPU backend's bit for bit: the ops are the
-// same code on the same values, only where the bytes live differs.
+// fails the test. Its memory is one arena that is PROT_NONE except while one of its own ops,
+// uploads or downloads runs, so a host read or write of device memory (the host reading logits,
+// k or lse in place) faults. Its allocations start as NaN bytes, so an element read before it is
+// written shows in the logits. Logits must equal the plain CPU backend's bit for bit: the ops are
+// the same code on the same values, only where the bytes live differs.
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <catch2/catch.hpp>
+#include <csignal>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -28,92 +37,134 @@ namespace {
 
 class FakeDevice final : public Backend {
  public:
-  FakeDevice() : cpu_(make_cpu_backend()) {}
+  FakeDevice() : cpu_(make_cpu_backend()) {
+    void* p =
+        mmap(nullptr, kArenaBytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) throw std::runtime_error("fake device: mmap failed");
+    arena_ = static_cast<char*>(p);
+  }
+  ~FakeDevice() override { munmap(arena_, kArenaBytes); }
   std::string_view name() const override { return "fake-device"; }
 
+  // A bump allocator over the arena (freed bytes are not reused; a test needs little).
   MemoryKind memory_kind() const override { return MemoryKind::kDevice; }
   void* allocate(int64_t bytes) override {
-    void* p = Backend::allocate(bytes);
-    std::memset(p, 0xff, static_cast<size_t>(bytes));  // NaN in every f32
+    const size_t at = (used_ + 63) / 64 * 64;
+    const size_t size = std::max<size_t>(static_cast<size_t>(bytes), 1);
+    if (at + size > kArenaBytes) throw std::runtime_error("fake device: arena exhausted");
+    used_ = at + size;
+    char* p = arena_ + at;
+    const Open open(*this);
+    std::memset(p, 0xff, size);  // NaN in every f32
     allocs_[p] = bytes;
     return p;
   }
   void deallocate(void* p) override {
     if (allocs_.erase(p) != 1) throw std::logic_error("fake device: free of a foreign pointer");
-    Backend::deallocate(p);
   }
   void upload(const TensorView& src, const TensorView& dst) override {
     on_host(src, "upload source");
     on_device(dst, "upload target");
     ++uploads_;
+    const Open open(*this);
     Backend::upload(src, dst);
   }
   void download(const TensorView& src, const TensorView& dst) override {
     on_device(src, "download source");
     on_host(dst, "download target");
     ++downloads_;
+    const Open open(*this);
     Backend::download(src, dst);
   }
 
   void matmul(const TensorView& x, const TensorView& w, const TensorView& bias,
               const TensorView& y) override {
     on_device({&x, &w, &bias, &y}, "matmul");
+    const Open open(*this);
     cpu_->matmul(x, w, bias, y);
   }
   void embedding(const TensorView& ids, const TensorView& table, const TensorView& out) override {
     on_device({&ids, &table, &out}, "embedding");
+    const Open open(*this);
     cpu_->embedding(ids, table, out);
   }
   void rms_norm(const TensorView& x, const TensorView& w, float eps,
                 const TensorView& out) override {
     on_device({&x, &w, &out}, "rms_norm");
+    const Open open(*this);
     cpu_->rms_norm(x, w, eps, out);
   }
   void layer_norm(const TensorView& x, const TensorView& w, const TensorView& b, float eps,
                   const TensorView& out) override {
     on_device({&x, &w, &b, &out}, "layer_norm");
+    const Open open(*this);
     cpu_->layer_norm(x, w, b, eps, out);
   }
   void rope(const TensorView& x, const TensorView& pos, const RopeTable& rope) override {
     on_device({&x, &pos}, "rope");
+    const Open open(*this);
     cpu_->rope(x, pos, rope);
   }
   void silu_mul(const TensorView& gate, const TensorView& up, const TensorView& out) override {
     on_device({&gate, &up, &out}, "silu_mul");
+    const Open open(*this);
     cpu_->silu_mul(gate, up, out);
   }
   void relu(const TensorView& x) override {
     on_device({&x}, "relu");
+    const Open open(*this);
     cpu_->relu(x);
   }
   void add(const TensorView& a, const TensorView& b, const TensorView& out) override {
     on_device({&a, &b, &out}, "add");
+    const Open open(*this);
     cpu_->add(a, b, out);
   }
   void softmax(const TensorView& x) override {
     on_device({&x}, "softmax");
+    const Open open(*this);
     cpu_->softmax(x);
   }
   void attention(const TensorView& q, const TensorView& k, const TensorView& v,
                  const TensorView& q_pos, int64_t k_pos0, float scale,
                  const AttnPartial& out) override {
     on_device({&q, &k, &v, &q_pos, &out.o, &out.lse}, "attention");
+    const Open open(*this);
     cpu_->attention(q, k, v, q_pos, k_pos0, scale, out);
   }
   void merge(const AttnPartial& a, const AttnPartial& b) override {
     on_device({&a.o, &a.lse, &b.o, &b.lse}, "merge");
+    const Open open(*this);
     cpu_->merge(a, b);
   }
   void copy(const TensorView& src, const TensorView& dst) override {
     on_device({&src, &dst}, "copy");
+    const Open open(*this);
     cpu_->copy(src, dst);
   }
 
   size_t live_allocations() const { return allocs_.size(); }
+  // Reads one f32 of device memory (for the test of the fault itself).
+  float peek(const TensorView& t) const { return *t.as<const float>(); }
   int64_t uploads() const { return uploads_; }
   int64_t downloads() const { return downloads_; }
 
  private:
+  static constexpr size_t kArenaBytes = size_t{1} << 30;  // reserved address space
+
+  // The arena readable and writable for the lifetime of this object (ops run synchronously on
+  // the calling thread; host attention threads never touch device memory).
+  struct Open {
+    explicit Open(const FakeDevice& d) : dev(d) { protect(PROT_READ | PROT_WRITE); }
+    ~Open() { protect(PROT_NONE); }
+    void protect(int prot) const {
+      const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+      const size_t bytes = (dev.used_ + page - 1) / page * page;
+      if (bytes > 0 && mprotect(dev.arena_, bytes, prot) != 0) std::abort();
+    }
+    const FakeDevice& dev;
+  };
+
   // [first, last] byte addresses a view spans (empty views span nothing).
   static std::pair<const char*, const char*> extent(const TensorView& t) {
     const char* lo = static_cast<const char*>(t.data);
@@ -152,6 +203,8 @@ class FakeDevice final : public Backend {
   }
 
   std::unique_ptr<Backend> cpu_;
+  char* arena_ = nullptr;
+  size_t used_ = 0;
   std::map<void*, int64_t> allocs_;
   int64_t uploads_ = 0, downloads_ = 0;
 };
@@ -260,6 +313,19 @@ TEST_CASE("the fake device rejects host operands", "[placement]") {
   past.shape[0] = 5;  // one element beyond the allocation
   CHECK_THROWS(dev.add(past, past, past));
   CHECK_THROWS(dev.upload(a.view(), b.view()));  // device -> device is not an upload
+  // A host read of device memory outside the backend's calls faults (checked in a child).
+  const pid_t child = fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    std::signal(SIGSEGV, SIG_DFL);  // die of the fault, not Catch's report of it
+    volatile float x = dev.peek(b.view());
+    (void)x;
+    _exit(0);
+  }
+  int status = 0;
+  REQUIRE(waitpid(child, &status, 0) == child);
+  CHECK(WIFSIGNALED(status));
+  if (WIFSIGNALED(status)) CHECK(WTERMSIG(status) == SIGSEGV);
 }
 
 TEST_CASE("forward on the fake device equals the CPU backend bit for bit", "[placement]") {
