@@ -18,6 +18,8 @@
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <span>
@@ -26,6 +28,7 @@
 #include <vector>
 
 #include "kernels/backend.h"
+#include "kernels/cuda/cuda_backend.h"
 #include "kvstore/kv_store.h"
 #include "models/model.h"
 #include "tests/test_helpers.h"
@@ -371,4 +374,37 @@ TEST_CASE("forward on the fake device equals the CPU backend bit for bit", "[pla
     }
     CHECK(dev.live_allocations() == 0);  // the model and the stores gave back all they took
   }
+}
+
+TEST_CASE("--device cuda without a GPU is a one-line error, --device auto falls back to the CPU",
+          "[placement][cli]") {
+  if (cuda_device_info().count > 0) {
+    SUCCEED("a CUDA device is visible: nothing to refuse");
+    return;
+  }
+  const std::filesystem::path err = std::filesystem::temp_directory_path() /
+                                    ("tandem-device-" + std::to_string(getpid()) + ".txt");
+  auto run = [&](const std::string& device) {
+    const std::string cmd = std::string(TANDEM_TANDEM_BIN) + " run --model " +
+                            tandem::test::repo_path("models/tandem-demo").string() +
+                            " --prompt Once --max-tokens 2 --device " + device + " >/dev/null 2>" +
+                            err.string();
+    const int rc = std::system(cmd.c_str());
+    REQUIRE(WIFEXITED(rc));
+    return WEXITSTATUS(rc);
+  };
+  auto lines = [&] {
+    std::ifstream in(err);
+    std::vector<std::string> out;
+    for (std::string l; std::getline(in, l);) out.push_back(l);
+    return out;
+  };
+  CHECK(run("cuda") == 1);
+  const std::vector<std::string> msg = lines();
+  REQUIRE(msg.size() == 1);
+  CHECK(msg[0].find("--device cuda") != std::string::npos);
+  CHECK(run("auto") == 0);
+  CHECK(run("cpu") == 0);
+  CHECK(run("gpu") == 1);
+  std::filesystem::remove(err);
 }
