@@ -56,7 +56,8 @@ std::unique_ptr<Backend> make_backend(const Flags& f) {
                  "--device must be cpu, cuda or auto, got \"", device, "\"");
   if (device == "cpu") return make_cpu_backend();
   const CudaDeviceInfo info = cuda_device_info();  // count 0 in a build without CUDA
-  if (device == "auto") return info.count > 0 ? make_cuda_backend() : make_cpu_backend();
+  if (device == "auto")
+    return info.count > 0 && info.runs_kernels ? make_cuda_backend() : make_cpu_backend();
 #ifdef TANDEM_HAVE_CUDA
   constexpr bool kBuiltWithCuda = true;
 #else
@@ -66,7 +67,7 @@ std::unique_ptr<Backend> make_backend(const Flags& f) {
                  "--device cuda: this build has no CUDA support (use --device cpu)");
   TANDEM_REQUIRE(info.count > 0, kUnsupported,
                  "--device cuda: no CUDA device is visible (use --device cpu)");
-  return make_cuda_backend();
+  return make_cuda_backend();  // throws, one line, where the device cannot run the kernels
 }
 
 }  // namespace tandem

@@ -17,7 +17,8 @@ const std::set<std::string>& kv_bool_flags();
 // Reads the kv flags (defaults as in DESIGN.md) and validates them.
 KvConfig parse_kv_flags(const Flags& f);
 // The backend --device picks: cpu, cuda, or auto (the default): cuda when this build has CUDA and
-// a device is visible, else cpu. --device cuda without one throws kUnsupported (one line).
+// a device it can run on is visible, else cpu. --device cuda without one throws kUnsupported (one
+// line).
 std::unique_ptr<Backend> make_backend(const Flags& f);
 
 }  // namespace tandem

@@ -151,6 +151,10 @@ class CudaBackend final : public Backend {
   std::vector<RopeEntry> rope_tables_;
 };
 
+// Compiled for the same architectures as every kernel: whether the device can load it says
+// whether it can run them.
+__global__ void probe_kernel() {}
+
 }  // namespace
 
 CudaDeviceInfo cuda_device_info() {
@@ -169,12 +173,18 @@ CudaDeviceInfo cuda_device_info() {
     info.sm_minor = prop.minor;
     info.sm_count = prop.multiProcessorCount;
   }
+  cudaFuncAttributes attr{};
+  info.runs_kernels = cudaFuncGetAttributes(&attr, probe_kernel) == cudaSuccess;
+  if (!info.runs_kernels) cudaGetLastError();  // e.g. no kernel image for this device
   return info;
 }
 
 std::unique_ptr<Backend> make_cuda_backend() {
-  if (cuda_device_info().count == 0)
-    TANDEM_FAIL(kUnsupported, "no CUDA device is visible (use --device cpu)");
+  const CudaDeviceInfo info = cuda_device_info();
+  if (info.count == 0) TANDEM_FAIL(kUnsupported, "no CUDA device is visible (use --device cpu)");
+  if (!info.runs_kernels)
+    TANDEM_FAIL(kUnsupported, "CUDA device ", info.name, " (sm_", info.sm_major, info.sm_minor,
+                ") cannot run this build's kernels (rebuild with its CMAKE_CUDA_ARCHITECTURES)");
   return std::make_unique<CudaBackend>();
 }
 
