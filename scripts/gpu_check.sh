@@ -135,6 +135,21 @@ else
   status=1
 fi
 
+# The binary end to end on the GPU: greedy text of the bundled model, --device cuda against
+# --device cpu (exit 0 required; the texts are recorded, equal unless a near-tie flips a token).
+run_text() {
+  "$tandem_bin" run --model models/tandem-demo --prompt "Once upon a time" --max-tokens 32 \
+    --temperature 0 --seed 1 --device "$1" 2>"$log/run-$1.err"
+}
+if text_cuda="$(run_text cuda)"; then
+  text_cpu="$(run_text cpu || true)"
+  if [[ $text_cuda == "$text_cpu" ]]; then run_result="ok (same greedy text as --device cpu)"
+  else run_result="ok (greedy text differs from --device cpu, see below)"; fi
+else
+  run_result="FAILED: $(tail -1 "$log/run-cuda.err")"
+  status=1
+fi
+
 device="$(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | head -1)"
 {
   echo "# CUDA backend on a GPU"
@@ -150,6 +165,7 @@ device="$(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,n
   echo "- test_cuda_model (forward logits, CUDA vs CPU): $model_result${model_summary:+ ($model_summary)}"
   echo "- compute-sanitizer memcheck on test_cuda_model: ${san_result[model]}"
   echo "- tandem bench-kernels: $bench_result"
+  echo "- tandem run --device cuda (models/tandem-demo, greedy): $run_result"
   echo
   echo "## Kernel bandwidth"
   echo
@@ -196,6 +212,15 @@ EOF
       echo '```'
     fi
   done
+  if [[ $run_result == *differs* ]]; then
+    echo
+    echo "## Greedy text, --device cuda then --device cpu"
+    echo
+    echo '```'
+    echo "$text_cuda"
+    echo "$text_cpu"
+    echo '```'
+  fi
   if [[ $model_result == FAILED* ]]; then
     echo
     echo "## test_cuda_model output (last 60 lines)"
