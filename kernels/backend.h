@@ -3,9 +3,15 @@
 // on the CPU backend; weights may be f32, f16 or bf16 and are read in place.
 //
 // Shapes are written (rows, cols) row-major; "n" is the number of token rows in the step.
+//
+// Memory: every TensorView an op takes lives in the backend's own memory (allocate(), or a
+// BackendBuffer), except where an op says otherwise. The host moves data in and out with upload
+// and download; on the CPU backend that memory is ordinary host memory and the host may read it
+// in place (host_accessible()).
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <string_view>
 #include <vector>
@@ -68,7 +74,55 @@ class Backend {
   virtual void copy(const TensorView& src, const TensorView& dst) = 0;
   // Waits until every queued operation has finished (no-op on the CPU backend).
   virtual void synchronize() {}
+
+  // ---- Memory ----
+  // Where allocate() puts its bytes: kHost on the CPU backend, kDevice on a GPU. Views of
+  // backend memory carry this kind.
+  virtual MemoryKind memory_kind() const { return MemoryKind::kHost; }
+  // Whether the host may read and write backend memory in place (after synchronize()); then
+  // callers may skip upload and download.
+  bool host_accessible() const { return memory_kind() != MemoryKind::kDevice; }
+  // `bytes` of uninitialised backend memory, 64-byte aligned; throws kOutOfMemory. Freed with
+  // deallocate once no queued op uses it.
+  virtual void* allocate(int64_t bytes);
+  virtual void deallocate(void* p);
+  // dst (backend memory) <- src (host memory): same dtype and element count, both contiguous.
+  // Ordered after the ops queued before it and before those queued after; src may be reused as
+  // soon as the call returns.
+  virtual void upload(const TensorView& src, const TensorView& dst);
+  // dst (host memory) <- src (backend memory), same requirements: waits for the queued ops, so
+  // dst holds the result when the call returns.
+  virtual void download(const TensorView& src, const TensorView& dst);
 };
+
+// Owning allocation of backend memory with a contiguous view of the backend's memory kind. The
+// backend must outlive it.
+class BackendBuffer {
+ public:
+  BackendBuffer() = default;
+  BackendBuffer(Backend& backend, DType t, std::initializer_list<int64_t> dims);
+  // A contiguous copy of a host view (same dtype and shape) in the backend's memory.
+  static BackendBuffer upload(Backend& backend, const TensorView& host);
+
+  const TensorView& view() const { return view_; }
+  template <typename T>
+  T* as() const {
+    return view_.as<T>();
+  }
+  bool empty() const { return view_.empty(); }
+
+ private:
+  struct Free {
+    Backend* backend;  // value-initialised (null) in an empty buffer
+    void operator()(void* p) const { backend->deallocate(p); }
+  };
+  std::unique_ptr<void, Free> mem_;
+  TensorView view_;
+};
+
+// Where the host can read src (contiguous f32 backend memory): src's own bytes when the backend
+// is host-accessible (after synchronize()), else `staging`, filled by a download.
+const float* host_readable(Backend& backend, const TensorView& src, std::vector<float>& staging);
 
 // The CPU reference backend (kernels/cpu). Threads come from the oneTBB arena in force.
 std::unique_ptr<Backend> make_cpu_backend();

@@ -3,11 +3,14 @@
 
 namespace tandem {
 
-BlockPool::BlockPool(int64_t block_bytes, int64_t capacity, bool growable, MemoryKind memory)
+BlockPool::BlockPool(int64_t block_bytes, int64_t capacity, bool growable, MemoryKind memory,
+                     Backend* backend)
     : block_bytes_((block_bytes + 63) / 64 * 64),
       chunk_blocks_(capacity),
       growable_(growable),
-      memory_(memory) {
+      memory_(memory),
+      backend_(backend),
+      mirrored_(backend != nullptr && !backend->host_accessible()) {
   TANDEM_CHECK(block_bytes > 0 && capacity > 0, "pool of ", capacity, " blocks of ", block_bytes);
   grow();
 }
@@ -15,13 +18,19 @@ BlockPool::BlockPool(int64_t block_bytes, int64_t capacity, bool growable, Memor
 void BlockPool::grow() {
   const int64_t base = static_cast<int64_t>(chunks_.size()) * chunk_blocks_;
   TANDEM_REQUIRE(base + chunk_blocks_ < (int64_t{1} << 31), kOutOfMemory, "KV pool too large");
-  chunks_.emplace_back(DType::kU8, std::initializer_list<int64_t>{chunk_blocks_ * block_bytes_},
-                       memory_);
+  const int64_t bytes = chunk_blocks_ * block_bytes_;
+  if (backend_ != nullptr)
+    backend_chunks_.emplace_back(*backend_, DType::kU8, std::initializer_list<int64_t>{bytes});
+  if (backend_ == nullptr || mirrored_)
+    chunks_.emplace_back(DType::kU8, std::initializer_list<int64_t>{bytes},
+                         backend_ ? MemoryKind::kHost : memory_);
   in_use_.resize(static_cast<size_t>(base + chunk_blocks_), false);
   for (int64_t i = chunk_blocks_ - 1; i >= 0; --i) free_.push_back(static_cast<int32_t>(base + i));
 }
 
-int64_t BlockPool::capacity() const { return static_cast<int64_t>(chunks_.size()) * chunk_blocks_; }
+int64_t BlockPool::capacity() const {
+  return static_cast<int64_t>(backend_ ? backend_chunks_.size() : chunks_.size()) * chunk_blocks_;
+}
 
 int32_t BlockPool::alloc() {
   if (free_.empty()) {
@@ -44,6 +53,15 @@ void BlockPool::free(int32_t id) {
 }
 
 void* BlockPool::data(int32_t id) const {
+  TANDEM_CHECK(id >= 0 && id < capacity(), "block ", id);
+  const int64_t chunk = id / chunk_blocks_, at = id % chunk_blocks_;
+  void* base = backend_ ? backend_chunks_[static_cast<size_t>(chunk)].view().data
+                        : chunks_[static_cast<size_t>(chunk)].view().data;
+  return static_cast<uint8_t*>(base) + at * block_bytes_;
+}
+
+void* BlockPool::host_data(int32_t id) const {
+  if (!mirrored_) return data(id);
   TANDEM_CHECK(id >= 0 && id < capacity(), "block ", id);
   const int64_t chunk = id / chunk_blocks_, at = id % chunk_blocks_;
   return static_cast<uint8_t*>(chunks_[static_cast<size_t>(chunk)].view().data) + at * block_bytes_;

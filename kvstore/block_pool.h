@@ -1,31 +1,39 @@
-// BlockPool: fixed-size blocks of one memory tier. The device pool has a fixed capacity; the host
-// pool grows in chunks. Blocks never move, so a pointer to a block stays valid until it is freed.
+// BlockPool: fixed-size blocks of one memory tier. The device pool has a fixed capacity and lives
+// in backend memory; the host pool grows in chunks of host memory. Blocks never move, so a pointer
+// to a block stays valid until it is freed.
 #pragma once
 
 #include <cstdint>
 #include <memory>
 #include <vector>
 
+#include "kernels/backend.h"
 #include "kernels/tensor.h"
 
 namespace tandem {
 
 class BlockPool {
  public:
-  // capacity: blocks available (fixed pool) or allocated per chunk (growable pool).
-  BlockPool(int64_t block_bytes, int64_t capacity, bool growable, MemoryKind memory);
+  // capacity: blocks available (fixed pool) or allocated per chunk (growable pool). Without a
+  // backend the blocks are host memory tagged `memory`; with one they are the backend's memory,
+  // and where the host cannot read that memory every block also has a host mirror of the same
+  // size (host_data), which the owner keeps in step with upload.
+  BlockPool(int64_t block_bytes, int64_t capacity, bool growable, MemoryKind memory,
+            Backend* backend = nullptr);
 
   // A free block id, or -1 when a fixed pool is exhausted.
   int32_t alloc();
   void free(int32_t id);
-  void* data(int32_t id) const;
+  void* data(int32_t id) const;       // the block (backend memory in a backend pool)
+  void* host_data(int32_t id) const;  // the host mirror, or the block itself without one
+  bool mirrored() const { return mirrored_; }
 
   int64_t block_bytes() const { return block_bytes_; }
   int64_t used() const { return used_; }
   int64_t capacity() const;  // blocks the pool can hand out now without growing
   int64_t free_blocks() const { return capacity() - used_; }
   bool growable() const { return growable_; }
-  MemoryKind memory() const { return memory_; }
+  MemoryKind memory() const { return backend_ ? backend_->memory_kind() : memory_; }
 
  private:
   void grow();
@@ -34,7 +42,10 @@ class BlockPool {
   int64_t chunk_blocks_;
   bool growable_;
   MemoryKind memory_;
-  std::vector<Buffer> chunks_;
+  Backend* backend_;
+  bool mirrored_;
+  std::vector<BackendBuffer> backend_chunks_;
+  std::vector<Buffer> chunks_;  // host blocks, or the mirrors of the backend blocks
   std::vector<int32_t> free_;
   std::vector<bool> in_use_;  // guards against double free
   int64_t used_ = 0;

@@ -1,16 +1,15 @@
 // DenseKv: the plain contiguous KV cache, used by --dense and as the exactness reference.
-#include <cstring>
-
 #include "kvstore/sequence_kv.h"
 
 namespace tandem {
 
-DenseKv::DenseKv(const KvShape& shape, int32_t capacity) : shape_(shape), capacity_(capacity) {
+DenseKv::DenseKv(Backend& backend, const KvShape& shape, int32_t capacity)
+    : shape_(shape), capacity_(capacity) {
   TANDEM_CHECK(capacity > 0, "capacity ", capacity);
   for (int32_t l = 0; l < shape.n_layer; ++l) {
-    k_.emplace_back(DType::kF32,
+    k_.emplace_back(backend, DType::kF32,
                     std::initializer_list<int64_t>{capacity, shape.n_head_kv, shape.head_dim});
-    v_.emplace_back(DType::kF32,
+    v_.emplace_back(backend, DType::kF32,
                     std::initializer_list<int64_t>{capacity, shape.n_head_kv, shape.head_dim});
   }
 }

@@ -51,9 +51,11 @@ float dot(const float* a, const float* b, int32_t d) {
 
 }  // namespace
 
-HybridKv::HybridKv(const KvShape& shape, const KvConfig& cfg, const BlockLayout& layout,
-                   int32_t capacity, BlockPool& device, BlockPool& host, HostAttention& host_attn)
-    : shape_(shape),
+HybridKv::HybridKv(Backend& backend, const KvShape& shape, const KvConfig& cfg,
+                   const BlockLayout& layout, int32_t capacity, BlockPool& device, BlockPool& host,
+                   HostAttention& host_attn)
+    : backend_(backend),
+      shape_(shape),
       cfg_(cfg),
       layout_(layout),
       capacity_(capacity),
@@ -96,9 +98,23 @@ TensorView HybridKv::dev_v(int32_t id, int32_t rows) const {
   return TensorView(static_cast<uint8_t*>(device_.data(id)) + layout_.dev_kv_bytes(), layout_.dtype,
                     {rows, layout_.n_head_kv, layout_.head_dim}, device_.memory());
 }
+uint8_t* HybridKv::mirror_k(int32_t id) const {
+  return static_cast<uint8_t*>(device_.host_data(id));
+}
+uint8_t* HybridKv::mirror_v(int32_t id) const { return mirror_k(id) + layout_.dev_kv_bytes(); }
 float* HybridKv::dev_maw(int32_t id) const {
-  return reinterpret_cast<float*>(static_cast<uint8_t*>(device_.data(id)) +
-                                  2 * layout_.dev_kv_bytes());
+  return reinterpret_cast<float*>(mirror_k(id) + 2 * layout_.dev_kv_bytes());
+}
+
+void HybridKv::upload_rows(int32_t id, int32_t row0, int32_t rows) {
+  const int64_t row = int64_t{layout_.n_head_kv} * layout_.head_dim;
+  const int64_t at = int64_t{row0} * row * dtype_size(layout_.dtype);
+  const MemoryKind mem = device_.memory();
+  auto* dev = static_cast<uint8_t*>(device_.data(id));
+  backend_.upload(TensorView(mirror_k(id) + at, layout_.dtype, {rows * row}),
+                  TensorView(dev + at, layout_.dtype, {rows * row}, mem));
+  backend_.upload(TensorView(mirror_v(id) + at, layout_.dtype, {rows * row}),
+                  TensorView(dev + layout_.dev_kv_bytes() + at, layout_.dtype, {rows * row}, mem));
 }
 uint8_t* HybridKv::host_k(int32_t id) const { return static_cast<uint8_t*>(host_.data(id)); }
 uint8_t* HybridKv::host_v(int32_t id) const { return host_k(id) + layout_.dev_kv_bytes(); }
@@ -157,14 +173,13 @@ void HybridKv::prefetch(Backend& backend, int32_t layer, const TensorView& q_pre
   Layer& l = layers_[static_cast<size_t>(layer)];
   TANDEM_CHECK(!l.ticket, "prefetch of layer ", layer, " while one is in flight");
   if (l.host_tokens == 0) return;
-  backend.synchronize();
-  submit_host(l, q_pred.as<const float>());
+  submit_host(l, host_readable(backend, q_pred, q_stage_));
 }
 
 AttnPartial HybridKv::scratch(int64_t n) {
   if (n > tmp_rows_) {
-    tmp_o_ = Buffer(DType::kF32, {n, shape_.n_head_q, shape_.head_dim});
-    tmp_lse_ = Buffer(DType::kF32, {n, shape_.n_head_q});
+    tmp_o_ = BackendBuffer(backend_, DType::kF32, {n, shape_.n_head_q, shape_.head_dim});
+    tmp_lse_ = BackendBuffer(backend_, DType::kF32, {n, shape_.n_head_q});
     tmp_rows_ = n;
   }
   return AttnPartial{tmp_o_.view().slice(0, n), tmp_lse_.view().slice(0, n)};
@@ -212,6 +227,20 @@ void HybridKv::host_partial_dense(Backend& be, Layer& l, const TensorView& q,
     kv.stride = {d, b * d, 1, 0};
     TensorView vv = kv;
     vv.data = host_v(l.host[j]);
+    if (!be.host_accessible()) {
+      // The whole block uploaded (same layout and strides). The stream orders the next block's
+      // upload after this block's attention.
+      const int64_t elems = int64_t{shape_.n_head_kv} * b * d;
+      if (span_k_.empty()) {
+        span_k_ = BackendBuffer(backend_, layout_.dtype, {elems});
+        span_v_ = BackendBuffer(backend_, layout_.dtype, {elems});
+      }
+      be.upload(TensorView(kv.data, layout_.dtype, {elems}), span_k_.view());
+      be.upload(TensorView(vv.data, layout_.dtype, {elems}), span_v_.view());
+      kv.data = span_k_.view().data;
+      vv.data = span_v_.view().data;
+      kv.memory = vv.memory = span_k_.view().memory;
+    }
     add_span(be, q, kv, vv, q_pos, 0, out, first);
   }
 }
@@ -294,11 +323,12 @@ void HybridKv::update_maw(Layer& l, const float* q, const float* lse_dev, const 
           p, std::exp(scale * dot(q + int64_t{h} * d, krow + int64_t{g} * d, d) - lse_dev[h]));
     return p;
   };
+  const int64_t row_bytes = int64_t{hkv} * d * dtype_size(layout_.dtype);
   auto update_block = [&](int32_t id, int32_t rows) {
-    const TensorView k = dev_k(id, rows);
+    const uint8_t* k = mirror_k(id);
     float* maw = dev_maw(id);
     for (int32_t t = 0; t < rows; ++t) {
-      load_row(k.at(t), layout_.dtype, row_buf_.data(), int64_t{hkv} * d);
+      load_row(k + t * row_bytes, layout_.dtype, row_buf_.data(), int64_t{hkv} * d);
       for (int32_t g = 0; g < hkv; ++g)
         maw[t * hkv + g] = maw_step(maw[t * hkv + g], prob(row_buf_.data(), g), alpha);
     }
@@ -341,11 +371,13 @@ void HybridKv::append_host_row(Layer& l, const float* k_row, const float* v_row,
 void HybridKv::evict_oldest(Layer& l) {
   TANDEM_CHECK(!l.window.empty() && l.window_tokens >= cfg_.block, "evict from a short window");
   const int32_t id = l.window.front(), b = cfg_.block, d = shape_.head_dim, hkv = shape_.n_head_kv;
-  const TensorView k = dev_k(id, b), v = dev_v(id, b);
+  // From the host side of the block: no device read (a mirrored block is already on the host).
+  const int64_t row_bytes = int64_t{hkv} * d * dtype_size(layout_.dtype);
+  const uint8_t *k = mirror_k(id), *v = mirror_v(id);
   std::vector<float> vrow(row_buf_.size());
   for (int32_t t = 0; t < b; ++t) {
-    load_row(k.at(t), layout_.dtype, row_buf_.data(), int64_t{hkv} * d);
-    load_row(v.at(t), layout_.dtype, vrow.data(), int64_t{hkv} * d);
+    load_row(k + t * row_bytes, layout_.dtype, row_buf_.data(), int64_t{hkv} * d);
+    load_row(v + t * row_bytes, layout_.dtype, vrow.data(), int64_t{hkv} * d);
     append_host_row(l, row_buf_.data(), vrow.data(), dev_maw(id) + int64_t{t} * hkv);
   }
   l.window.pop_front();
@@ -353,31 +385,51 @@ void HybridKv::evict_oldest(Layer& l) {
   device_.free(id);
 }
 
-void HybridKv::store(Layer& l, const TensorView& k, const TensorView& v, bool with_maw) {
-  const int64_t n = k.dim(0);
+void HybridKv::store(Layer& l, const float* k, const float* v, int64_t n, bool with_maw) {
   const int32_t hkv = shape_.n_head_kv, d = shape_.head_dim, b = cfg_.block;
   const int64_t row = int64_t{hkv} * d, es = dtype_size(layout_.dtype);
   std::vector<float> zero(static_cast<size_t>(hkv), 0.0f);
   const float* maw = with_maw ? new_maw_.as<float>() : zero.data();
+  // Rows written to the mirror of one device block, uploaded together (mirrored pools only).
+  int32_t run_id = -1, run_lo = 0, run_hi = 0;
+  auto flush = [&] {
+    if (run_id >= 0) upload_rows(run_id, run_lo, run_hi - run_lo);
+    run_id = -1;
+  };
+  auto wrote = [&](int32_t id, int32_t slot) {
+    if (!device_.mirrored()) return;
+    if (id == run_id && slot == run_hi) {
+      ++run_hi;
+      return;
+    }
+    flush();
+    run_id = id;
+    run_lo = slot;
+    run_hi = slot + 1;
+  };
   for (int64_t i = 0; i < n; ++i) {
     const int32_t pos = length_ + static_cast<int32_t>(i);
-    const float* kr = k.as<const float>() + i * row;
-    const float* vr = v.as<const float>() + i * row;
+    const float* kr = k + i * row;
+    const float* vr = v + i * row;
     if (pos < sinks_) {
       if (l.sink < 0) {
         l.sink = device_.alloc();
         TANDEM_REQUIRE(l.sink >= 0, kOutOfMemory, "device KV pool exhausted");
       }
-      store_row(dev_k(l.sink, b).at(pos), layout_.dtype, kr, row);
-      store_row(dev_v(l.sink, b).at(pos), layout_.dtype, vr, row);
+      store_row(mirror_k(l.sink) + pos * row * es, layout_.dtype, kr, row);
+      store_row(mirror_v(l.sink) + pos * row * es, layout_.dtype, vr, row);
       std::copy_n(maw, hkv, dev_maw(l.sink) + int64_t{pos} * hkv);
+      wrote(l.sink, pos);
       continue;
     }
     if (cfg_.window == 0) {
       append_host_row(l, kr, vr, maw);
       continue;
     }
-    if (l.window_tokens + 1 > cfg_.window) evict_oldest(l);
+    if (l.window_tokens + 1 > cfg_.window) {
+      flush();  // the evicted block's id may come back from alloc below
+      evict_oldest(l);
+    }
     if (l.window_tokens == static_cast<int32_t>(l.window.size()) * b) {
       const int32_t id = device_.alloc();
       TANDEM_REQUIRE(id >= 0, kOutOfMemory, "device KV pool exhausted");
@@ -385,16 +437,17 @@ void HybridKv::store(Layer& l, const TensorView& k, const TensorView& v, bool wi
     }
     const int32_t slot = l.window_tokens - (static_cast<int32_t>(l.window.size()) - 1) * b;
     const int32_t id = l.window.back();
-    store_row(static_cast<uint8_t*>(device_.data(id)) + slot * row * es, layout_.dtype, kr, row);
-    store_row(static_cast<uint8_t*>(device_.data(id)) + layout_.dev_kv_bytes() + slot * row * es,
-              layout_.dtype, vr, row);
+    store_row(mirror_k(id) + slot * row * es, layout_.dtype, kr, row);
+    store_row(mirror_v(id) + slot * row * es, layout_.dtype, vr, row);
     std::copy_n(maw, hkv, dev_maw(id) + int64_t{slot} * hkv);
+    wrote(id, slot);
     ++l.window_tokens;
   }
+  flush();
 }
 
-void HybridKv::observe_prompt(Layer& l, const TensorView& q, const AttnPartial& out) {
-  const int64_t n = q.dim(0), m = std::min<int64_t>(cfg_.observe, n);
+void HybridKv::observe_prompt(Layer& l, const float* q, const float* lse, int64_t n) {
+  const int64_t m = std::min<int64_t>(cfg_.observe, n);
   const int32_t G = shape_.n_head_q / shape_.n_head_kv, d = shape_.head_dim, hkv = shape_.n_head_kv;
   const int32_t b = cfg_.block;
   const int32_t total = length_ + static_cast<int32_t>(n);
@@ -409,10 +462,8 @@ void HybridKv::observe_prompt(Layer& l, const TensorView& q, const AttnPartial& 
       if (pos > length_ + i) continue;  // a later token of the chunk: not visible to query i
       float p = 0;
       for (int32_t h = g * G; h < (g + 1) * G; ++h)
-        p = std::max(p,
-                     std::exp(shape_.scale *
-                                  dot(q.as<const float>() + (i * shape_.n_head_q + h) * d, key, d) -
-                              out.lse.as<const float>()[i * shape_.n_head_q + h]));
+        p = std::max(p, std::exp(shape_.scale * dot(q + (i * shape_.n_head_q + h) * d, key, d) -
+                                 lse[i * shape_.n_head_q + h]));
       acc += p;
     }
     return static_cast<float>(acc / static_cast<double>(m)) * rescale;
@@ -428,10 +479,11 @@ void HybridKv::observe_prompt(Layer& l, const TensorView& q, const AttnPartial& 
             seed(krow.data(), g, sinks_ + static_cast<int32_t>(j) * b + t);
       }
   }
+  const int64_t row_bytes = int64_t{hkv} * d * es;
   auto seed_device = [&](int32_t id, int32_t rows, int32_t pos0) {
-    const TensorView k = dev_k(id, rows);
+    const uint8_t* k = mirror_k(id);
     for (int32_t t = 0; t < rows; ++t) {
-      load_row(k.at(t), layout_.dtype, row_buf_.data(), int64_t{hkv} * d);
+      load_row(k + t * row_bytes, layout_.dtype, row_buf_.data(), int64_t{hkv} * d);
       for (int32_t g = 0; g < hkv; ++g)
         dev_maw(id)[t * hkv + g] = seed(row_buf_.data() + int64_t{g} * d, g, pos0 + t);
     }
@@ -444,6 +496,23 @@ void HybridKv::observe_prompt(Layer& l, const TensorView& q, const AttnPartial& 
                 first_window_pos + static_cast<int32_t>(i) * b);
 }
 
+void HybridKv::merge_host(Backend& be, Layer& l, const AttnPartial& out) {
+  AttnPartial part{l.host_o.view().reshape({1, shape_.n_head_q, shape_.head_dim}),
+                   l.host_lse.view().reshape({1, shape_.n_head_q})};
+  if (!be.host_accessible()) {
+    if (part_o_.empty()) {
+      part_o_ = BackendBuffer(backend_, DType::kF32, {1, shape_.n_head_q, shape_.head_dim});
+      part_lse_ = BackendBuffer(backend_, DType::kF32, {1, shape_.n_head_q});
+    }
+    // Synchronous upload for now; the merge could read a mapped pinned partial in place, queued
+    // behind cuda_wait_flag on the flag the host attention publishes.
+    be.upload(part.o, part_o_.view());
+    be.upload(part.lse, part_lse_.view());
+    part = AttnPartial{part_o_.view(), part_lse_.view()};
+  }
+  be.merge(out, part);
+}
+
 void HybridKv::attend(Backend& be, int32_t layer, const TensorView& q, const TensorView& k,
                       const TensorView& v, const TensorView& q_pos, const AttnPartial& out) {
   Layer& l = layers_[static_cast<size_t>(layer)];
@@ -452,24 +521,25 @@ void HybridKv::attend(Backend& be, int32_t layer, const TensorView& q, const Ten
                  " tokens exceeds its KV capacity of ", capacity_);
   const bool decode = decode_ && n == 1;
   const bool host_async = decode && l.host_tokens > 0;
+  // The host reads q (host attention, MAW, observation), the new k and v (stored through the
+  // host side of the blocks) and the device lse: in place on a host-accessible backend, else
+  // downloaded here, synchronously (with async copies: a side stream behind an event).
+  const float* qh = decode || observe_ ? host_readable(be, q, q_stage_) : nullptr;
   // Parallel mode (and layer 0 of ahead mode): the host part starts now, beside the device part.
-  if (host_async && !l.ticket) submit_host(l, q.as<const float>());
+  if (host_async && !l.ticket) submit_host(l, qh);
 
   device_partial(be, l, q, k, v, q_pos, out);
-  if (decode) {
-    be.synchronize();
-    update_maw(l, q.as<const float>(), out.lse.as<const float>(), k.as<const float>());
-  }
+  const float* kh = host_readable(be, k, k_stage_);
+  if (decode) update_maw(l, qh, host_readable(be, out.lse, lse_stage_), kh);
   if (host_async) {
     host_attn_.wait(*l.ticket);
     l.ticket.reset();
-    be.merge(out, AttnPartial{l.host_o.view().reshape({1, shape_.n_head_q, shape_.head_dim}),
-                              l.host_lse.view().reshape({1, shape_.n_head_q})});
+    merge_host(be, l, out);
   } else if (l.host_tokens > 0) {
     host_partial_dense(be, l, q, q_pos, out);  // prefill: exact under every policy
   }
-  store(l, k, v, decode);
-  if (!decode && observe_) observe_prompt(l, q, out);
+  store(l, kh, host_readable(be, v, v_stage_), n, decode);
+  if (!decode && observe_) observe_prompt(l, qh, host_readable(be, out.lse, lse_stage_), n);
 }
 
 void HybridKv::advance(int32_t n) {

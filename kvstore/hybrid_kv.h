@@ -3,6 +3,12 @@
 // values and a per-block Quest digest. Each step's attention is the LSE merge of the device
 // partial (sinks + window + the step's own tokens) and the host partial over the entries the
 // sparse policy selects, computed by HostAttention on CPU cores, in parallel or one layer ahead.
+//
+// Device attention and the merge run on the backend. The host side reads the step's q, k, v and
+// the device lse, and keeps the MAW values; where the backend's memory is not host-accessible
+// those are downloaded (synchronously for now), device blocks are written through a host mirror
+// and uploaded, MAW lives in the mirror only, eviction copies from the mirror, and the host
+// partial (and, for an exact prefill, each host block) is uploaded before the backend reads it.
 #pragma once
 
 #include <deque>
@@ -42,8 +48,8 @@ struct HostStats {
 
 class HybridKv final : public SequenceKv {
  public:
-  HybridKv(const KvShape& shape, const KvConfig& cfg, const BlockLayout& layout, int32_t capacity,
-           BlockPool& device, BlockPool& host, HostAttention& host_attn);
+  HybridKv(Backend& backend, const KvShape& shape, const KvConfig& cfg, const BlockLayout& layout,
+           int32_t capacity, BlockPool& device, BlockPool& host, HostAttention& host_attn);
   ~HybridKv() override;
 
   int32_t length() const override { return length_; }
@@ -80,10 +86,15 @@ class HybridKv final : public SequenceKv {
     std::vector<std::vector<int32_t>> idx;        // per KV head: selected rows, all blocks
   };
 
-  // Device-side views of a block.
+  // Device-side views of a block (backend memory).
   TensorView dev_k(int32_t id, int32_t rows) const;
   TensorView dev_v(int32_t id, int32_t rows) const;
+  // The host's side of a device block (the block itself, or its mirror): K, V and the MAW.
+  uint8_t* mirror_k(int32_t id) const;
+  uint8_t* mirror_v(int32_t id) const;
   float* dev_maw(int32_t id) const;
+  // Rows [row0, row0 + rows) of a block's K and V, mirror -> device (mirrored pools only).
+  void upload_rows(int32_t id, int32_t row0, int32_t rows);
   // Host-side pointers of a block.
   uint8_t* host_k(int32_t id) const;
   uint8_t* host_v(int32_t id) const;
@@ -102,14 +113,19 @@ class HybridKv final : public SequenceKv {
   // out <- out merged with attention over one span.
   void add_span(Backend& be, const TensorView& q, const TensorView& k, const TensorView& v,
                 const TensorView& q_pos, int64_t k_pos0, const AttnPartial& out, bool& first);
+  // The host partial of a decode step merged into out (uploaded first where needed).
+  void merge_host(Backend& be, Layer& l, const AttnPartial& out);
   void update_maw(Layer& l, const float* q, const float* lse_dev, const float* k_new);
-  void store(Layer& l, const TensorView& k, const TensorView& v, bool with_maw);
+  // n rows of k and v ([n, n_head_kv, head_dim] f32, host memory) stored at length_...
+  void store(Layer& l, const float* k, const float* v, int64_t n, bool with_maw);
   void append_host_row(Layer& l, const float* k_row_heads, const float* v_row_heads,
                        const float* maw_heads);
   void evict_oldest(Layer& l);
-  void observe_prompt(Layer& l, const TensorView& q, const AttnPartial& out);
+  // q [n, n_head_q, head_dim] and lse [n, n_head_q] of the prompt chunk, host memory.
+  void observe_prompt(Layer& l, const float* q, const float* lse, int64_t n);
   AttnPartial scratch(int64_t n);
 
+  Backend& backend_;
   KvShape shape_;
   KvConfig cfg_;
   BlockLayout layout_;
@@ -120,9 +136,14 @@ class HybridKv final : public SequenceKv {
   HostAttention& host_attn_;
   std::vector<Layer> layers_;
   bool decode_ = false, observe_ = false;
-  int32_t sinks_ = 0;  // effective sinks (0 when everything lives on the host)
-  Buffer tmp_o_, tmp_lse_, new_maw_;
+  int32_t sinks_ = 0;              // effective sinks (0 when everything lives on the host)
+  BackendBuffer tmp_o_, tmp_lse_;  // partial of one span (backend memory)
   int64_t tmp_rows_ = 0;
+  Buffer new_maw_;
+  // Where the host cannot read backend memory: the host partial and one host block (K, V) as
+  // uploaded for the backend, and the step's activations as downloaded for the host.
+  BackendBuffer part_o_, part_lse_, span_k_, span_v_;
+  std::vector<float> q_stage_, lse_stage_, k_stage_, v_stage_;
   std::vector<float> row_buf_;  // converted K/V rows
   HostStats stats_;
 };

@@ -50,9 +50,9 @@ std::string KvConfig::describe() const {
   return os.str();
 }
 
-KvStore::KvStore(const KvShape& shape, const KvConfig& cfg, int32_t max_sequences,
+KvStore::KvStore(Backend& backend, const KvShape& shape, const KvConfig& cfg, int32_t max_sequences,
                  int32_t max_context)
-    : shape_(shape), cfg_(cfg) {
+    : backend_(backend), shape_(shape), cfg_(cfg) {
   cfg_.validate();
   if (cfg_.dense) return;
   layout_ = BlockLayout{cfg_.block, shape.n_head_kv, shape.head_dim, cfg_.kv_dtype};
@@ -63,7 +63,8 @@ KvStore::KvStore(const KvShape& shape, const KvConfig& cfg, int32_t max_sequence
     const int64_t per_layer = 1 + (window_tokens + cfg_.block - 1) / cfg_.block + 1;
     dev = std::max<int64_t>(1, per_layer * shape.n_layer * max_sequences);
   }
-  device_ = std::make_unique<BlockPool>(layout_.dev_bytes(), dev, false, MemoryKind::kDevice);
+  device_ =
+      std::make_unique<BlockPool>(layout_.dev_bytes(), dev, false, MemoryKind::kDevice, &backend_);
   const int64_t chunk = std::max<int64_t>(4, (int64_t{32} << 20) / layout_.host_bytes());
   host_ = std::make_unique<BlockPool>(layout_.host_bytes(), chunk, true, MemoryKind::kPinned);
   host_attn_ =
@@ -71,8 +72,9 @@ KvStore::KvStore(const KvShape& shape, const KvConfig& cfg, int32_t max_sequence
 }
 
 std::unique_ptr<SequenceKv> KvStore::new_sequence(int32_t capacity) {
-  if (cfg_.dense) return std::make_unique<DenseKv>(shape_, capacity);
-  return std::make_unique<HybridKv>(shape_, cfg_, layout_, capacity, *device_, *host_, *host_attn_);
+  if (cfg_.dense) return std::make_unique<DenseKv>(backend_, shape_, capacity);
+  return std::make_unique<HybridKv>(backend_, shape_, cfg_, layout_, capacity, *device_, *host_,
+                                    *host_attn_);
 }
 
 bool KvStore::can_hold(const SequenceKv* seq, int32_t tokens) const {

@@ -15,8 +15,10 @@ namespace tandem {
 
 class KvStore {
  public:
-  // max_sequences x max_context sizes the device pool when cfg.device_blocks is 0.
-  KvStore(const KvShape& shape, const KvConfig& cfg, int32_t max_sequences, int32_t max_context);
+  // max_sequences x max_context sizes the device pool when cfg.device_blocks is 0. The device
+  // pool and dense caches are `backend` memory (the model's backend, which must outlive this).
+  KvStore(Backend& backend, const KvShape& shape, const KvConfig& cfg, int32_t max_sequences,
+          int32_t max_context);
 
   std::unique_ptr<SequenceKv> new_sequence(int32_t capacity);
   // Whether a sequence (nullptr: a new one) can grow to `tokens` with the device blocks free now.
@@ -32,6 +34,7 @@ class KvStore {
   static HostStats stats_of(const SequenceKv& seq);
 
  private:
+  Backend& backend_;
   KvShape shape_;
   KvConfig cfg_;
   BlockLayout layout_;

@@ -45,10 +45,10 @@ struct KvShape {
   float scale = 1.0f;  // softmax scale (1/sqrt(head_dim))
 };
 
-// Contiguous f32 cache: per layer K and V of [capacity, n_head_kv, head_dim].
+// Contiguous f32 cache in backend memory: per layer K and V of [capacity, n_head_kv, head_dim].
 class DenseKv final : public SequenceKv {
  public:
-  DenseKv(const KvShape& shape, int32_t capacity);
+  DenseKv(Backend& backend, const KvShape& shape, int32_t capacity);
   int32_t length() const override { return length_; }
   int32_t capacity() const override { return capacity_; }
   void attend(Backend& backend, int32_t layer, const TensorView& q, const TensorView& k,
@@ -59,7 +59,7 @@ class DenseKv final : public SequenceKv {
   KvShape shape_;
   int32_t capacity_;
   int32_t length_ = 0;
-  std::vector<Buffer> k_, v_;  // per layer
+  std::vector<BackendBuffer> k_, v_;  // per layer
 };
 
 }  // namespace tandem

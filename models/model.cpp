@@ -2,15 +2,16 @@
 #include "models/model.h"
 
 #include <cmath>
-#include <cstring>
+#include <map>
+#include <utility>
 
 namespace tandem {
 namespace {
 
 // A contiguous [rows, cols] view at the start of a flat scratch buffer.
-TensorView rows_view(const Buffer& b, int64_t rows, int64_t cols) {
+TensorView rows_view(const BackendBuffer& b, int64_t rows, int64_t cols) {
   TANDEM_CHECK(rows * cols <= b.view().numel(), "scratch too small");
-  return TensorView(b.view().data, DType::kF32, {rows, cols});
+  return TensorView(b.view().data, DType::kF32, {rows, cols}, b.view().memory);
 }
 
 }  // namespace
@@ -62,7 +63,34 @@ std::unique_ptr<Model> Model::load(const std::filesystem::path& dir, Backend& ba
       map_opt_weights(m->config_, m->store_, m->w_);
       break;
   }
+  if (!backend.host_accessible()) m->upload_weights();
   return m;
+}
+
+void Model::upload_weights() {
+  std::vector<TensorView*> all = {&w_.embed,      &w_.pos_embed,    &w_.project_in, &w_.project_out,
+                                  &w_.final_norm, &w_.final_norm_b, &w_.lm_head};
+  for (LayerWeights& l : w_.layers)
+    for (TensorView* t :
+         {&l.attn_norm, &l.attn_norm_b, &l.wq,     &l.wk,     &l.wv,     &l.wo,       &l.bq,
+          &l.bk,        &l.bv,          &l.bo,     &l.q_norm, &l.k_norm, &l.ffn_norm, &l.ffn_norm_b,
+          &l.w_gate,    &l.w_up,        &l.w_down, &l.b_gate, &l.b_up,   &l.b_down})
+      all.push_back(t);
+  // A tensor mapped twice (lm_head tied to embed) is uploaded once.
+  std::map<std::pair<const void*, int64_t>, TensorView> uploaded;
+  for (TensorView* t : all) {
+    if (t->empty()) continue;
+    const auto key = std::make_pair(static_cast<const void*>(t->data), t->nbytes());
+    auto it = uploaded.find(key);
+    if (it == uploaded.end()) {
+      const TensorView& dev =
+          device_weights_.emplace_back(BackendBuffer::upload(backend_, *t)).view();
+      it = uploaded.emplace(key, dev).first;
+    }
+    TANDEM_CHECK(it->second.dtype == t->dtype && it->second.numel() == t->numel(),
+                 "weight views of one tensor disagree: ", t->describe());
+    *t = it->second;
+  }
 }
 
 int64_t Model::matmul_weight_bytes() const {
@@ -85,33 +113,36 @@ KvShape Model::kv_shape() const {
 }
 
 std::unique_ptr<SequenceKv> Model::new_dense_kv(int32_t capacity) const {
-  return std::make_unique<DenseKv>(kv_shape(), capacity);
+  return std::make_unique<DenseKv>(backend_, kv_shape(), capacity);
 }
 
 void Model::ensure_workspace(int64_t n, int64_t rows) {
   const ModelConfig& c = config_;
+  Backend& be = backend_;
   if (n > ws_tokens_) {
     const int64_t wide = std::max<int64_t>(c.hidden, c.embed_dim);
-    ids_ = Buffer(DType::kI32, {n});
-    pos_ = Buffer(DType::kI32, {n});
-    x_ = Buffer(DType::kF32, {n, c.hidden});
-    h_ = Buffer(DType::kF32, {n, c.hidden});
-    q_ = Buffer(DType::kF32, {n, c.n_head_q, c.head_dim});
-    k_ = Buffer(DType::kF32, {n, c.n_head_kv, c.head_dim});
-    v_ = Buffer(DType::kF32, {n, c.n_head_kv, c.head_dim});
-    o_ = Buffer(DType::kF32, {n, c.n_head_q, c.head_dim});
-    lse_ = Buffer(DType::kF32, {n, c.n_head_q});
-    attn_out_ = Buffer(DType::kF32, {n, c.hidden});
-    gate_ = Buffer(DType::kF32, {n, c.ffn});
-    up_ = Buffer(DType::kF32, {n, c.ffn});
-    emb_ = Buffer(DType::kF32, {n * wide});
-    pred_h_ = Buffer(DType::kF32, {n, c.hidden});
-    pred_q_ = Buffer(DType::kF32, {n, c.n_head_q, c.head_dim});
+    ids_ = BackendBuffer(be, DType::kI32, {n});
+    pos_ = BackendBuffer(be, DType::kI32, {n});
+    pos_rows_ = BackendBuffer(be, DType::kI32, {n});
+    x_ = BackendBuffer(be, DType::kF32, {n, c.hidden});
+    h_ = BackendBuffer(be, DType::kF32, {n, c.hidden});
+    q_ = BackendBuffer(be, DType::kF32, {n, c.n_head_q, c.head_dim});
+    k_ = BackendBuffer(be, DType::kF32, {n, c.n_head_kv, c.head_dim});
+    v_ = BackendBuffer(be, DType::kF32, {n, c.n_head_kv, c.head_dim});
+    o_ = BackendBuffer(be, DType::kF32, {n, c.n_head_q, c.head_dim});
+    lse_ = BackendBuffer(be, DType::kF32, {n, c.n_head_q});
+    attn_out_ = BackendBuffer(be, DType::kF32, {n, c.hidden});
+    gate_ = BackendBuffer(be, DType::kF32, {n, c.ffn});
+    up_ = BackendBuffer(be, DType::kF32, {n, c.ffn});
+    emb_ = BackendBuffer(be, DType::kF32, {n * wide});
+    pred_h_ = BackendBuffer(be, DType::kF32, {n, c.hidden});
+    pred_q_ = BackendBuffer(be, DType::kF32, {n, c.n_head_q, c.head_dim});
     ws_tokens_ = n;
   }
   if (rows > ws_logit_rows_) {
-    logit_in_ = Buffer(DType::kF32, {rows * std::max<int64_t>(c.hidden, c.embed_dim)});
-    logits_ = Buffer(DType::kF32, {rows, c.vocab_size});
+    logit_in_ = BackendBuffer(be, DType::kF32, {rows * std::max<int64_t>(c.hidden, c.embed_dim)});
+    logits_ = BackendBuffer(be, DType::kF32, {rows, c.vocab_size});
+    if (!be.host_accessible()) host_logits_ = Buffer(DType::kF32, {rows, c.vocab_size});
     ws_logit_rows_ = rows;
   }
 }
@@ -150,10 +181,12 @@ TensorView Model::forward(std::span<const StepSequence> batch) {
   TANDEM_CHECK(n > 0, "empty step");
   ensure_workspace(n, rows);
 
-  // Token ids and positions of every row.
+  // Token ids and positions of every row, built on the host and uploaded.
   {
-    int32_t* ids = ids_.as<int32_t>();
-    int32_t* pos = pos_.as<int32_t>();
+    host_ids_.resize(static_cast<size_t>(n));
+    host_pos_.resize(static_cast<size_t>(n));
+    int32_t* ids = host_ids_.data();
+    int32_t* pos = host_pos_.data();
     int64_t r = 0;
     for (const StepSequence& s : batch)
       for (size_t i = 0; i < s.tokens.size(); ++i, ++r) {
@@ -164,6 +197,8 @@ TensorView Model::forward(std::span<const StepSequence> batch) {
       }
   }
   const TensorView ids = ids_.view().slice(0, n), pos = pos_.view().slice(0, n);
+  be.upload(TensorView(host_ids_.data(), DType::kI32, {n}), ids);
+  be.upload(TensorView(host_pos_.data(), DType::kI32, {n}), pos);
   const TensorView x = x_.view().slice(0, n), h = h_.view().slice(0, n);
   const TensorView q = q_.view().slice(0, n), k = k_.view().slice(0, n), v = v_.view().slice(0, n);
   const TensorView o = o_.view().slice(0, n), lse = lse_.view().slice(0, n);
@@ -181,10 +216,12 @@ TensorView Model::forward(std::span<const StepSequence> batch) {
     be.matmul(e, w_.project_in, none, x);
   }
   if (!w_.pos_embed.empty()) {
-    int32_t* p = pos_.as<int32_t>();
-    Buffer rows_idx(DType::kI32, {n});
-    for (int64_t i = 0; i < n; ++i) rows_idx.as<int32_t>()[i] = p[i] + c.pos_offset;
-    be.embedding(rows_idx.view(), w_.pos_embed, h);
+    // OPT's learned positions sit pos_offset rows into the table.
+    std::vector<int32_t> rows_idx(host_pos_);
+    for (int32_t& p : rows_idx) p += c.pos_offset;
+    const TensorView pos_rows = pos_rows_.view().slice(0, n);
+    be.upload(TensorView(rows_idx.data(), DType::kI32, {n}), pos_rows);
+    be.embedding(pos_rows, w_.pos_embed, h);
     be.add(x, h, x);
   }
 
@@ -278,7 +315,7 @@ TensorView Model::forward(std::span<const StepSequence> batch) {
       const int64_t len = static_cast<int64_t>(s.tokens.size());
       const int64_t first = s.all_logits ? r : r + len - 1;
       const int64_t count = s.all_logits ? len : 1;
-      std::memcpy(sel.at(out), x.at(first), static_cast<size_t>(count * c.hidden) * sizeof(float));
+      be.copy(x.slice(first, first + count), sel.slice(out, out + count));
       out += count;
       r += len;
     }
@@ -292,7 +329,13 @@ TensorView Model::forward(std::span<const StepSequence> batch) {
   }
   const TensorView logits = logits_.view().slice(0, rows);
   be.matmul(head_in, w_.lm_head, none, logits);
-  return logits;
+  if (be.host_accessible()) {
+    be.synchronize();
+    return logits;
+  }
+  const TensorView host = host_logits_.view().slice(0, rows);
+  be.download(logits, host);
+  return host;
 }
 
 }  // namespace tandem

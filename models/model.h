@@ -1,6 +1,8 @@
-// Model: a loaded checkpoint (weights mapped in place) and its forward pass, run layer by layer
-// on a Backend over a batch of sequences. The architecture files (arch_*.cpp) map their tensor
-// names onto the shared ModelWeights; the forward pass below is shared by all of them.
+// Model: a loaded checkpoint and its forward pass, run layer by layer on a Backend over a batch of
+// sequences. Weights stay mapped in place where the backend reads host memory (CPU) and are
+// uploaded once at load otherwise; the step's workspace is backend memory. The architecture files
+// (arch_*.cpp) map their tensor names onto the shared ModelWeights; the forward pass below is
+// shared by all of them.
 #pragma once
 
 #include <filesystem>
@@ -64,16 +66,19 @@ class Model {
   int64_t matmul_weight_bytes() const;
   KvShape kv_shape() const;
 
-  // A plain contiguous cache for one sequence (the reference and --dense).
+  // A plain contiguous cache for one sequence (the reference and --dense), in backend memory.
   std::unique_ptr<SequenceKv> new_dense_kv(int32_t capacity) const;
 
   // Runs one forward step: every sequence's new tokens go through all layers together (matrix
-  // products over all rows of the batch). Returns logits f32 [rows, vocab], rows in batch order:
-  // n rows for a sequence with all_logits, else 1 (its last token). Valid until the next call.
+  // products over all rows of the batch). Returns logits f32 [rows, vocab] in host memory, rows
+  // in batch order: n rows for a sequence with all_logits, else 1 (its last token). Valid until
+  // the next call.
   TensorView forward(std::span<const StepSequence> batch);
 
  private:
   Model(const std::filesystem::path& dir, Backend& backend, ModelConfig config, TensorStore store);
+  // Every weight view replaced by a copy in backend memory (backends the host cannot read).
+  void upload_weights();
   void ensure_workspace(int64_t n_tokens, int64_t n_logit_rows);
   void norm(const TensorView& in, const TensorView& w, const TensorView& b, const TensorView& out);
   // q of layer li for rows x: projection, q-norm, rope (into q).
@@ -85,10 +90,17 @@ class Model {
   TensorStore store_;
   ModelWeights w_;
 
-  // Workspace, grown on demand; sized for ws_tokens_ rows.
+  std::vector<BackendBuffer> device_weights_;  // the uploaded weights (empty on the CPU)
+
+  // Workspace in backend memory, grown on demand; sized for ws_tokens_ rows.
   int64_t ws_tokens_ = 0, ws_logit_rows_ = 0;
-  Buffer ids_, pos_, x_, h_, q_, k_, v_, o_, lse_, attn_out_, gate_, up_, emb_, logit_in_, logits_;
-  Buffer pred_h_, pred_q_;  // layer-ahead predicted queries
+  BackendBuffer ids_, pos_, pos_rows_, x_, h_, q_, k_, v_, o_, lse_, attn_out_, gate_, up_, emb_;
+  BackendBuffer logit_in_, logits_;
+  BackendBuffer pred_h_, pred_q_;  // layer-ahead predicted queries
+  // Host side: ids and positions built here and uploaded; logits downloaded into host_logits_
+  // when the backend's memory is not host-accessible.
+  std::vector<int32_t> host_ids_, host_pos_;
+  Buffer host_logits_;
 };
 
 // Architecture files: map checkpoint tensor names onto ModelWeights.

@@ -1,17 +1,20 @@
 #!/usr/bin/env bash
 # The GPU acceptance run of the CUDA backend, on a machine with an NVIDIA GPU: build (CUDA on),
-# every test (the GPU parity tests must run, not skip), compute-sanitizer memcheck and racecheck
-# on the kernel tests, `tandem bench-kernels`, and docs/gpu.md with the device and the figures.
+# every test (the GPU parity tests must run, not skip), the model on the GPU against the CPU
+# (test_cuda_model), compute-sanitizer memcheck and racecheck on the kernel tests and memcheck on
+# the model test, `tandem bench-kernels`, and docs/gpu.md with the device and the figures.
 # Fails loudly (exit 1) where no GPU is visible.
 #
 #   scripts/gpu_check.sh                  build into build/ (or $TANDEM_BUILD_DIR) and run all
 #   scripts/gpu_check.sh --stage DIR      (any machine, no GPU needed) copy the built
-#                                         test_cuda_kernels and tandem and the shared libraries
+#                                         test_cuda_kernels, test_cuda_model and tandem and the
+#                                         shared libraries
 #                                         a bare CUDA image lacks (TBB, cpp-httplib, ...) to DIR
 #   scripts/gpu_check.sh --prebuilt DIR   on a GPU machine that cannot install the build
 #                                         dependencies: run the staged binaries of DIR (the
-#                                         kernel tests, sanitizers and benchmark; the rest of the
-#                                         suite needs the build tree and is not run)
+#                                         kernel and model tests, sanitizers and benchmark, the
+#                                         model test reading tests/fixtures of this checkout; the
+#                                         rest of the suite needs the build tree and is not run)
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
@@ -26,13 +29,13 @@ case "${1:-}" in
 esac
 
 if [[ $mode == stage ]]; then
-  for exe in test_cuda_kernels tandem; do
+  for exe in test_cuda_kernels test_cuda_model tandem; do
     [[ -x $build/$exe ]] || { echo "gpu_check: $build/$exe is not built" >&2; exit 1; }
   done
   mkdir -p "$dir/lib"
-  cp "$build/test_cuda_kernels" "$build/tandem" "$dir/"
+  cp "$build/test_cuda_kernels" "$build/test_cuda_model" "$build/tandem" "$dir/"
   # Every shared library outside glibc, the C++ runtime and CUDA (the GPU image has those).
-  ldd "$build/test_cuda_kernels" "$build/tandem" | awk '$3 ~ /^\// {print $3}' | sort -u |
+  ldd "$build/test_cuda_kernels" "$build/test_cuda_model" "$build/tandem" | awk '$3 ~ /^\// {print $3}' | sort -u |
     grep -Ev '/(libc|libm|libdl|libpthread|librt|libgcc_s|libstdc\+\+|libcuda|libcudart|libcublas|libcublasLt)\.so' |
     while read -r lib; do cp -L "$lib" "$dir/lib/"; done
   echo "gpu_check: staged in $dir ($(du -sh "$dir" | cut -f1)); run: scripts/gpu_check.sh --prebuilt $dir"
@@ -50,6 +53,7 @@ status=0
 if [[ $mode == build ]]; then
   scripts/build.sh -DTANDEM_CUDA=ON
   tests_bin="$build/test_cuda_kernels"
+  model_bin="$build/test_cuda_model"
   tandem_bin="$build/tandem"
   if ctest --test-dir "$build" --output-on-failure -j "$(nproc)" 2>&1 | tee "$log/ctest.txt"; then
     ctest_result="passed"
@@ -57,17 +61,19 @@ if [[ $mode == build ]]; then
     ctest_result="FAILED"
     status=1
   fi
-  if grep -q "test_cuda_kernels .*Skipped" "$log/ctest.txt"; then
-    echo "gpu_check: FAILED: test_cuda_kernels was skipped on a machine with a GPU" >&2
+  if grep -qE "test_cuda_(kernels|model) .*Skipped" "$log/ctest.txt"; then
+    echo "gpu_check: FAILED: a GPU test was skipped on a machine with a GPU" >&2
     ctest_result="FAILED (GPU tests skipped)"
     status=1
   fi
   ctest_summary="$(grep -E "tests passed|tests failed" "$log/ctest.txt" | tail -1 || true)"
 else
   tests_bin="$dir/test_cuda_kernels"
+  model_bin="$dir/test_cuda_model"
   tandem_bin="$dir/tandem"
   export LD_LIBRARY_PATH="$dir/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-  ctest_result="not run (prebuilt binaries: test_cuda_kernels only)"
+  export TANDEM_SOURCE_DIR="$root"  # the test models and reference files of this checkout
+  ctest_result="not run (prebuilt binaries: test_cuda_kernels and test_cuda_model only)"
   ctest_summary=""
 fi
 
@@ -82,6 +88,18 @@ case $kernels_rc in
   *) kernels_result="FAILED (exit $kernels_rc)"; status=1 ;;
 esac
 kernels_summary="$(grep -E "All tests passed|test cases" "$log/kernels.txt" | tail -1 || true)"
+
+# The model on the GPU against the CPU backend (end-to-end logits), likewise exit 0 required.
+set +e
+"$model_bin" 2>&1 | tee "$log/model.txt"
+model_rc=${PIPESTATUS[0]}
+set -e
+case $model_rc in
+  0) model_result="passed" ;;
+  4) model_result="FAILED: skipped (the test saw no CUDA device)"; status=1 ;;
+  *) model_result="FAILED (exit $model_rc)"; status=1 ;;
+esac
+model_summary="$(grep -E "All tests passed|test cases" "$log/model.txt" | tail -1 || true)"
 
 # compute-sanitizer on the kernel tests.
 sanitizer="$(command -v compute-sanitizer || true)"
@@ -100,12 +118,35 @@ for tool in memcheck racecheck; do
     status=1
   fi
 done
+if [[ -z $sanitizer ]]; then
+  san_result[model]="not run (compute-sanitizer not found)"
+elif "$sanitizer" --tool memcheck --error-exitcode 1 "$model_bin" >"$log/model-memcheck.txt" 2>&1; then
+  san_result[model]="clean ($(grep -E "ERROR SUMMARY" "$log/model-memcheck.txt" | tail -1))"
+else
+  san_result[model]="FAILED (see below)"
+  status=1
+fi
 
 # Kernel benchmark (validated against the CPU backend before timing).
 if "$tandem_bin" bench-kernels >"$log/bench.jsonl" 2>"$log/bench.err"; then
   bench_result="ok"
 else
   bench_result="FAILED: $(tail -1 "$log/bench.err")"
+  status=1
+fi
+
+# The binary end to end on the GPU: greedy text of the bundled model, --device cuda against
+# --device cpu (exit 0 required; the texts are recorded, equal unless a near-tie flips a token).
+run_text() {
+  "$tandem_bin" run --model models/tandem-demo --prompt "Once upon a time" --max-tokens 32 \
+    --temperature 0 --seed 1 --device "$1" 2>"$log/run-$1.err"
+}
+if text_cuda="$(run_text cuda)"; then
+  text_cpu="$(run_text cpu || true)"
+  if [[ $text_cuda == "$text_cpu" ]]; then run_result="ok (same greedy text as --device cpu)"
+  else run_result="ok (greedy text differs from --device cpu, see below)"; fi
+else
+  run_result="FAILED: $(tail -1 "$log/run-cuda.err")"
   status=1
 fi
 
@@ -121,7 +162,10 @@ device="$(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,n
   echo "- test_cuda_kernels (CPU-vs-CUDA parity): $kernels_result${kernels_summary:+ ($kernels_summary)}"
   echo "- compute-sanitizer memcheck: ${san_result[memcheck]}"
   echo "- compute-sanitizer racecheck: ${san_result[racecheck]}"
+  echo "- test_cuda_model (forward logits, CUDA vs CPU): $model_result${model_summary:+ ($model_summary)}"
+  echo "- compute-sanitizer memcheck on test_cuda_model: ${san_result[model]}"
   echo "- tandem bench-kernels: $bench_result"
+  echo "- tandem run --device cuda (models/tandem-demo, greedy): $run_result"
   echo
   echo "## Kernel bandwidth"
   echo
@@ -156,8 +200,10 @@ EOF
   echo '```json'
   cat "$log/bench.jsonl"
   echo '```'
-  for tool in memcheck racecheck; do
-    if [[ ${san_result[$tool]} == FAILED* ]]; then
+  for tool in memcheck racecheck model-memcheck; do
+    key=$tool
+    [[ $tool == model-memcheck ]] && key=model
+    if [[ ${san_result[$key]} == FAILED* ]]; then
       echo
       echo "## $tool output (last 60 lines)"
       echo
@@ -166,6 +212,23 @@ EOF
       echo '```'
     fi
   done
+  if [[ $run_result == *differs* ]]; then
+    echo
+    echo "## Greedy text, --device cuda then --device cpu"
+    echo
+    echo '```'
+    echo "$text_cuda"
+    echo "$text_cpu"
+    echo '```'
+  fi
+  if [[ $model_result == FAILED* ]]; then
+    echo
+    echo "## test_cuda_model output (last 60 lines)"
+    echo
+    echo '```'
+    tail -60 "$log/model.txt"
+    echo '```'
+  fi
 } >docs/gpu.md
 
 echo "gpu_check: wrote docs/gpu.md (logs in $log)"

@@ -25,7 +25,7 @@ int cmd_perplexity(const std::vector<std::string>& args) {
   const ThreadLimit limit(f.integer("threads", 0, 0, 4096));
   const std::string dir = f.required("model");
   const KvConfig kv_cfg = parse_kv_flags(f);
-  auto backend = make_cpu_backend();
+  auto backend = make_backend(f);
   auto model = Model::load(dir, *backend);
   const Tokenizer tok = Tokenizer::load(dir);
   const ModelConfig& c = model->config();
@@ -43,7 +43,7 @@ int cmd_perplexity(const std::vector<std::string>& args) {
   TANDEM_REQUIRE(static_cast<int64_t>(text.size()) >= body, kInvalidArgument, f.required("file"),
                  ": ", text.size(), " tokens, fewer than one segment of ", body);
 
-  KvStore store(model->kv_shape(), kv_cfg, 1, ctx);
+  KvStore store(model->backend(), model->kv_shape(), kv_cfg, 1, ctx);
   double nll = 0;
   int64_t count = 0, segments = 0;
   HostStats host{};

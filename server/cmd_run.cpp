@@ -23,7 +23,7 @@ int cmd_run(const std::vector<std::string>& args) {
   const KvConfig kv_cfg = parse_kv_flags(f);
   const std::string dir = f.required("model");
   const auto threads = ThreadLimit(f.integer("threads", 0, 0, 4096));
-  auto backend = make_cpu_backend();
+  auto backend = make_backend(f);
   auto model = Model::load(dir, *backend);
   const Tokenizer tok = Tokenizer::load(dir);
   const ModelConfig& c = model->config();
@@ -47,7 +47,7 @@ int cmd_run(const std::vector<std::string>& args) {
 
   const std::vector<int32_t> prompt = tok.encode(f.required("prompt"), !f.flag("no-bos"));
   const int32_t ctx = static_cast<int32_t>(f.integer("ctx", c.max_context, 1, c.max_context));
-  KvStore store(model->kv_shape(), kv_cfg, 1, ctx);
+  KvStore store(model->backend(), model->kv_shape(), kv_cfg, 1, ctx);
   auto kv = store.new_sequence(ctx);
 
   StreamDecoder dec(tok);

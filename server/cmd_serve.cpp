@@ -159,7 +159,7 @@ int cmd_serve(const std::vector<std::string>& args) {
   const auto threads = ThreadLimit(f.integer("threads", 0, 0, 4096));
   const auto t_load = std::chrono::steady_clock::now();
   log->info("loading {} ...", dir);
-  auto backend = make_cpu_backend();
+  auto backend = make_backend(f);
   auto model = Model::load(dir, *backend);
   const Tokenizer tok = Tokenizer::load(dir);
   const ChatTemplate tmpl = ChatTemplate::from_model_dir(dir);
@@ -179,7 +179,7 @@ int cmd_serve(const std::vector<std::string>& args) {
       static_cast<int32_t>(f.integer("step-token-budget", eo.step_token_budget, 1, 1 << 24));
   eo.seed = static_cast<uint64_t>(
       f.integer("seed", static_cast<int64_t>(std::random_device{}() & 0x7fffffff), 0, INT64_MAX));
-  KvStore store(model->kv_shape(), kv_cfg, eo.max_batch, eo.max_model_len);
+  KvStore store(model->backend(), model->kv_shape(), kv_cfg, eo.max_batch, eo.max_model_len);
   log->info("kv: {}; max batch {}, max model len {}, max waiting {}", kv_cfg.describe(),
             eo.max_batch, eo.max_model_len, eo.max_waiting);
   Engine engine(*model, tok, store, eo);

@@ -52,10 +52,10 @@ int cmd_bench_decode(const std::vector<std::string>& args) {
   // Without kv flags the cache is the dense one (the forward pass alone); any kv flag selects
   // the store those flags describe, as `serve` would build it.
   bool any_kv = f.flag("dense");
-  for (const auto& k : kv_value_flags()) any_kv = any_kv || f.has(k);
+  for (const auto& k : kv_value_flags()) any_kv = any_kv || (k != "device" && f.has(k));
   KvConfig kv_cfg = parse_kv_flags(f);
   if (!any_kv) kv_cfg.dense = true;
-  auto backend = make_cpu_backend();
+  auto backend = make_backend(f);
   auto model = Model::load(f.required("model"), *backend);
   const ModelConfig& c = model->config();
   // --depth: tokens already in the cache when decoding starts (llama-bench -d); each depth is
@@ -82,7 +82,7 @@ int cmd_bench_decode(const std::vector<std::string>& args) {
     for (int64_t depth64 : depths) {
       const int32_t depth = static_cast<int32_t>(depth64);
       const int32_t cap = depth + gen + 1;
-      KvStore store(model->kv_shape(), kv_cfg, static_cast<int32_t>(batch), cap);
+      KvStore store(model->backend(), model->kv_shape(), kv_cfg, static_cast<int32_t>(batch), cap);
       std::vector<std::unique_ptr<SequenceKv>> kvs;
       std::vector<std::vector<int32_t>> prompts(static_cast<size_t>(batch));
       uint64_t x = 12345;

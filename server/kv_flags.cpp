@@ -2,6 +2,7 @@
 #include "server/kv_flags.h"
 
 #include "kernels/common.h"
+#include "kernels/cuda/cuda_backend.h"
 
 namespace tandem {
 
@@ -45,15 +46,28 @@ KvConfig parse_kv_flags(const Flags& f) {
     TANDEM_FAIL(kInvalidArgument, "--cpu-attn must be parallel or ahead, got \"", mode, "\"");
   c.cpu_threads = static_cast<int32_t>(f.integer("cpu-threads", 0, 0, 4096));
   c.maw_alpha = static_cast<float>(f.number("maw-alpha", c.maw_alpha, 1e-6, 1.0));
-  const std::string device = f.str("device", "cpu");
-  TANDEM_REQUIRE(device == "cpu" || device == "cuda", kInvalidArgument,
-                 "--device must be cpu or cuda");
-  TANDEM_REQUIRE(
-      device == "cpu", kUnsupported,
-      "--device cuda: the model does not run on the CUDA backend yet (its kernels exist, "
-      "the forward pass on the device does not); use --device cpu");
   c.validate();
   return c;
+}
+
+std::unique_ptr<Backend> make_backend(const Flags& f) {
+  const std::string device = f.str("device", "auto");
+  TANDEM_REQUIRE(device == "cpu" || device == "cuda" || device == "auto", kInvalidArgument,
+                 "--device must be cpu, cuda or auto, got \"", device, "\"");
+  if (device == "cpu") return make_cpu_backend();
+  const CudaDeviceInfo info = cuda_device_info();  // count 0 in a build without CUDA
+  if (device == "auto")
+    return info.count > 0 && info.runs_kernels ? make_cuda_backend() : make_cpu_backend();
+#ifdef TANDEM_HAVE_CUDA
+  constexpr bool kBuiltWithCuda = true;
+#else
+  constexpr bool kBuiltWithCuda = false;
+#endif
+  TANDEM_REQUIRE(kBuiltWithCuda, kUnsupported,
+                 "--device cuda: this build has no CUDA support (use --device cpu)");
+  TANDEM_REQUIRE(info.count > 0, kUnsupported,
+                 "--device cuda: no CUDA device is visible (use --device cpu)");
+  return make_cuda_backend();  // throws, one line, where the device cannot run the kernels
 }
 
 }  // namespace tandem

@@ -190,7 +190,8 @@ TEST_CASE("concurrent greedy requests equal each one run alone, in far fewer ste
 
   for (const bool dense : {false, true}) {
     DYNAMIC_SECTION((dense ? "dense" : "hybrid") << " store") {
-      KvStore store(s.model->kv_shape(), dense ? dense_config() : hybrid_config(), 16, 512);
+      KvStore store(s.model->backend(), s.model->kv_shape(),
+                    dense ? dense_config() : hybrid_config(), 16, 512);
       EngineOptions opt;
       opt.max_batch = 16;
       opt.prefill_chunk = 32;  // the long prompt takes several steps, sharing them with decodes
@@ -231,7 +232,7 @@ TEST_CASE("concurrent greedy requests equal each one run alone, in far fewer ste
 TEST_CASE("generated text continues the prompt; logprobs are <= 0 and pieces make the text",
           "[engine]") {
   Setup s;
-  KvStore store(s.model->kv_shape(), hybrid_config(), 4, 512);
+  KvStore store(s.model->backend(), s.model->kv_shape(), hybrid_config(), 4, 512);
   Engine engine(*s.model, stories_tokenizer(), store, EngineOptions{});
   const std::string prompt = "Once upon a time";
   GenerationRequest req = greedy(stories_tokenizer().encode(prompt), 24);
@@ -260,7 +261,7 @@ TEST_CASE("generated text continues the prompt; logprobs are <= 0 and pieces mak
 
 TEST_CASE("stop strings cut the text across token boundaries and are never emitted", "[engine]") {
   Setup s;
-  KvStore store(s.model->kv_shape(), hybrid_config(), 4, 512);
+  KvStore store(s.model->backend(), s.model->kv_shape(), hybrid_config(), 4, 512);
   Engine engine(*s.model, stories_tokenizer(), store, EngineOptions{});
   const auto prompt = stories_tokenizer().encode("Once upon a time");
   GenerationRequest base = greedy(prompt, 40);
@@ -306,7 +307,7 @@ TEST_CASE("max_tokens and the context limit end with length; EOS ends with stop"
   Setup s;
   const auto prompt = stories_tokenizer().encode("Once upon a time");  // 5 tokens
   {
-    KvStore store(s.model->kv_shape(), hybrid_config(), 4, 512);
+    KvStore store(s.model->backend(), s.model->kv_shape(), hybrid_config(), 4, 512);
     EngineOptions opt;
     opt.max_model_len = 24;
     Engine engine(*s.model, stories_tokenizer(), store, opt);
@@ -324,7 +325,7 @@ TEST_CASE("max_tokens and the context limit end with length; EOS ends with stop"
   }
   // Without ignore_eos the model's EOS (<|end_story|>, id 2) ends the story; its text is not
   // emitted, the token is counted.
-  KvStore store(s.model->kv_shape(), dense_config(), 4, 512);
+  KvStore store(s.model->backend(), s.model->kv_shape(), dense_config(), 4, 512);
   Engine engine(*s.model, stories_tokenizer(), store, EngineOptions{});
   GenerationRequest req = greedy(prompt, 500);
   req.ignore_eos = false;
@@ -338,7 +339,7 @@ TEST_CASE("max_tokens and the context limit end with length; EOS ends with stop"
 
 TEST_CASE("cancelling a stream retires it within a step and frees its KV", "[engine]") {
   Setup s;
-  KvStore store(s.model->kv_shape(), hybrid_config(), 4, 512);
+  KvStore store(s.model->backend(), s.model->kv_shape(), hybrid_config(), 4, 512);
   Engine engine(*s.model, stories_tokenizer(), store, EngineOptions{});
   auto stream = engine.submit(greedy(story_prompts().back(), 400));  // reaches the host store
   TokenEvent ev;
@@ -361,7 +362,7 @@ TEST_CASE("cancelling a stream retires it within a step and frees its KV", "[eng
   // A request cancelled while it waits never runs.
   EngineOptions one;
   one.max_batch = 1;
-  KvStore store2(s.model->kv_shape(), dense_config(), 1, 512);
+  KvStore store2(s.model->backend(), s.model->kv_shape(), dense_config(), 1, 512);
   Engine e2(*s.model, stories_tokenizer(), store2, one);
   auto first = e2.submit(greedy(story_prompts()[0], 60));
   auto second = e2.submit(greedy(story_prompts()[1], 60));
@@ -380,7 +381,7 @@ TEST_CASE("a tiny device pool forces preemption; outputs stay those of solo runs
   // The model is not shared between threads: the references are computed first.
   std::vector<std::vector<int32_t>> want;
   for (size_t i = 0; i < 6; ++i) want.push_back(reference(*s.model, prompts[i], max_tokens));
-  KvStore store(s.model->kv_shape(), hybrid_config(24), 8, 512);
+  KvStore store(s.model->backend(), s.model->kv_shape(), hybrid_config(24), 8, 512);
   EngineOptions opt;
   opt.max_batch = 8;
   opt.prefill_chunk = 16;
@@ -398,14 +399,14 @@ TEST_CASE("a tiny device pool forces preemption; outputs stay those of solo runs
   CHECK(m.kv_device_blocks_total == 24);
   CHECK(m.kv_device_blocks_used == 0);
   // A request that could never fit the pool is refused up front.
-  KvStore tiny(s.model->kv_shape(), hybrid_config(6), 1, 512);
+  KvStore tiny(s.model->backend(), s.model->kv_shape(), hybrid_config(6), 1, 512);
   Engine e2(*s.model, stories_tokenizer(), tiny, opt);
   CHECK(kind_of([&] { e2.submit(greedy(prompts[0], 200)); }) == ErrorKind::kInvalidArgument);
 }
 
 TEST_CASE("seeds reproduce sampled text", "[engine]") {
   Setup s;
-  KvStore store(s.model->kv_shape(), hybrid_config(), 8, 512);
+  KvStore store(s.model->backend(), s.model->kv_shape(), hybrid_config(), 8, 512);
   Engine engine(*s.model, stories_tokenizer(), store, EngineOptions{});
   auto sampled = [&](std::optional<uint64_t> seed) {
     GenerationRequest r = greedy(stories_tokenizer().encode("Once upon a time"), 40);
@@ -423,7 +424,7 @@ TEST_CASE("seeds reproduce sampled text", "[engine]") {
 
   // Requests without a seed draw theirs from EngineOptions::seed, in submission order.
   auto unseeded = [&](uint64_t engine_seed) {
-    KvStore st(s.model->kv_shape(), dense_config(), 2, 512);
+    KvStore st(s.model->backend(), s.model->kv_shape(), dense_config(), 2, 512);
     EngineOptions opt;
     opt.seed = engine_seed;
     Engine e(*s.model, stories_tokenizer(), st, opt);
@@ -437,7 +438,7 @@ TEST_CASE("seeds reproduce sampled text", "[engine]") {
 
 TEST_CASE("invalid requests throw the right kinds; a full queue throws kOutOfMemory", "[engine]") {
   Setup s;
-  KvStore store(s.model->kv_shape(), dense_config(), 2, 512);
+  KvStore store(s.model->backend(), s.model->kv_shape(), dense_config(), 2, 512);
   EngineOptions opt;
   opt.max_batch = 1;
   opt.max_waiting = 2;
@@ -494,7 +495,7 @@ TEST_CASE("shutdown ends every stream", "[engine]") {
   const auto prompts = story_prompts();
   for (const bool cancel : {true, false}) {
     DYNAMIC_SECTION("cancel_running " << cancel) {
-      KvStore store(s.model->kv_shape(), hybrid_config(), 4, 512);
+      KvStore store(s.model->backend(), s.model->kv_shape(), hybrid_config(), 4, 512);
       EngineOptions opt;
       opt.max_batch = 3;  // some running, some waiting
       Engine engine(*s.model, stories_tokenizer(), store, opt);
@@ -525,7 +526,7 @@ TEST_CASE("shutdown ends every stream", "[engine]") {
 
 TEST_CASE("chunked prefill shares steps with decodes under the token budget", "[engine]") {
   Setup s;
-  KvStore store(s.model->kv_shape(), hybrid_config(), 4, 512);
+  KvStore store(s.model->backend(), s.model->kv_shape(), hybrid_config(), 4, 512);
   SchedulerOptions opt;
   opt.max_batch = 4;
   opt.prefill_chunk = 32;
@@ -582,7 +583,7 @@ TEST_CASE("chunked prefill shares steps with decodes under the token budget", "[
 TEST_CASE("a sequence that cannot grow preempts the most recently admitted one", "[engine]") {
   Setup s;
   // 2 layers x (sink block + one window block) = 4 blocks per short sequence; 8 in the pool.
-  KvStore store(s.model->kv_shape(), hybrid_config(8), 4, 512);
+  KvStore store(s.model->backend(), s.model->kv_shape(), hybrid_config(8), 4, 512);
   Scheduler sched(SchedulerOptions{}, store, s.model->config().n_layer);
   auto make = [&](uint64_t id) {
     GenerationRequest r = greedy(std::vector<int32_t>(10, 7), 100);
@@ -649,7 +650,7 @@ TEST_CASE("llama-tiny: batched, chunked and preempted runs equal solo runs", "[e
   for (const Case& c : {Case{"dense", dense_config()}, Case{"hybrid", hybrid_config()},
                         Case{"hybrid, tiny pool", hybrid_config(24)}}) {
     DYNAMIC_SECTION(c.name) {
-      KvStore store(s.model->kv_shape(), c.kv, 8, 512);
+      KvStore store(s.model->backend(), s.model->kv_shape(), c.kv, 8, 512);
       EngineOptions opt;
       opt.prefill_chunk = 8;
       opt.step_token_budget = 24;
@@ -677,7 +678,7 @@ TEST_CASE("sparse policies and layer-ahead host attention serve every request", 
     kv.sparse = policy;
     kv.cpu_attn = CpuAttnMode::kAhead;
     kv.topk_blocks = 2;
-    KvStore store(s.model->kv_shape(), kv, 8, 512);
+    KvStore store(s.model->backend(), s.model->kv_shape(), kv, 8, 512);
     Engine engine(*s.model, stories_tokenizer(), store, EngineOptions{});
     std::vector<std::shared_ptr<TokenStream>> streams;
     for (const auto& p : prompts) streams.push_back(engine.submit(greedy(p, 50)));
@@ -694,7 +695,7 @@ TEST_CASE("a failing model step fails its batch with kError and the engine goes 
   // A store built for the wrong KV shape: every forward step throws inside attention.
   KvShape wrong = s.model->kv_shape();
   wrong.n_head_kv /= 2;
-  KvStore store(wrong, dense_config(), 4, 512);
+  KvStore store(s.model->backend(), wrong, dense_config(), 4, 512);
   Engine engine(*s.model, stories_tokenizer(), store, EngineOptions{});
   const auto prompts = story_prompts();
   std::vector<std::shared_ptr<TokenStream>> streams;

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -12,9 +13,12 @@
 
 namespace tandem::test {
 
-// Tests run with the repository root as working directory; ../shared sits beside it.
+// Tests run with the repository root as working directory; ../shared sits beside it. The
+// TANDEM_SOURCE_DIR environment variable overrides the checkout compiled in (binaries staged to
+// another machine, scripts/gpu_check.sh --prebuilt).
 inline std::filesystem::path repo_path(const std::string& rel) {
-  return std::filesystem::path(TANDEM_SOURCE_DIR) / rel;
+  const char* env = std::getenv("TANDEM_SOURCE_DIR");
+  return std::filesystem::path(env != nullptr && *env != '\0' ? env : TANDEM_SOURCE_DIR) / rel;
 }
 
 // max |got - ref| / max |ref| over a row: a relative error that does not blow up near zero.

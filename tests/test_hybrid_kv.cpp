@@ -25,7 +25,7 @@ std::vector<std::vector<float>> run_sequence(Model& model, const KvConfig& cfg,
                                              const std::vector<int32_t>& prompt,
                                              const std::vector<int32_t>& decode, int32_t chunk,
                                              HostStats* stats = nullptr) {
-  KvStore store(model.kv_shape(), cfg, 1, 64);
+  KvStore store(model.backend(), model.kv_shape(), cfg, 1, 64);
   auto kv = store.new_sequence(64);
   std::vector<std::vector<float>> rows;
   const int64_t v = model.config().vocab_size;
@@ -137,7 +137,7 @@ TEST_CASE("block accounting under random appends and frees", "[hybrid][pool]") {
   std::mt19937 rng(5);
   for (int32_t window : {0, 8, 12}) {
     KvConfig cfg = hybrid(window, SparsePolicy::kFull, CpuAttnMode::kParallel);
-    KvStore store(shape, cfg, 4, 256);
+    KvStore store(*backend, shape, cfg, 4, 256);
     std::vector<std::unique_ptr<SequenceKv>> seqs;
     std::vector<float> q(4 * 16), k(2 * 16), v(2 * 16), o(4 * 16), lse(4);
     for (int iter = 0; iter < 300; ++iter) {
@@ -188,7 +188,7 @@ TEST_CASE("device memory per sequence stays bounded by sinks + window", "[hybrid
   const ReferenceLogits ref = ReferenceLogits::load("llama-tiny");
   auto model = Model::load(ref.model, *backend);
   KvConfig cfg = hybrid(8, SparsePolicy::kHgca, CpuAttnMode::kAhead);
-  KvStore store(model->kv_shape(), cfg, 1, 256);
+  KvStore store(model->backend(), model->kv_shape(), cfg, 1, 256);
   auto kv = store.new_sequence(256);
   const int64_t bound = model->config().n_layer * (1 + (8 + 3) / 4);  // sink block + window blocks
   int32_t tok = 3;
@@ -245,7 +245,7 @@ TEST_CASE("ahead mode keeps its own copy of the predicted query", "[hybrid][ahea
   const KvShape shape{1, 4, 2, 8, 1.0f / std::sqrt(8.0f)};
   KvConfig cfg = hybrid(4, SparsePolicy::kFull, CpuAttnMode::kAhead);
   cfg.cpu_threads = 1;
-  KvStore store(shape, cfg, 2, 64);
+  KvStore store(*backend, shape, cfg, 2, 64);
   std::mt19937 rng(7);
   std::normal_distribution<float> nd;
   auto random = [&](std::initializer_list<int64_t> dims) {

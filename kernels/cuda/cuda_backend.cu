@@ -1,7 +1,9 @@
 // CudaBackend: device 0, one non-blocking stream, one cuBLAS handle, a grow-only workspace, and
-// the rope inv_freq tables uploaded once each. Each op checks its views and launches the kernel
-// of its own file (elementwise, convert, embedding, norm, softmax, rope, matmul, attention,
-// merge, sampling) on the stream; synchronize() waits for it.
+// the rope inv_freq tables uploaded once each. Its memory is cudaMalloc'd device memory; upload
+// and download are copies on the stream (download waits for it). Each op checks its views and
+// launches the kernel of its own file (elementwise, convert, embedding, norm, softmax, rope,
+// matmul, attention, merge, sampling) on the stream; synchronize() waits for it.
+#include <algorithm>
 #include <utility>
 #include <vector>
 
@@ -76,9 +78,48 @@ class CudaBackend final : public Backend {
   }
   void synchronize() override { TANDEM_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
 
+  MemoryKind memory_kind() const override { return MemoryKind::kDevice; }
+  void* allocate(int64_t bytes) override {
+    void* p = nullptr;
+    const cudaError_t e = cudaMalloc(&p, static_cast<size_t>(std::max<int64_t>(bytes, 1)));
+    if (e != cudaSuccess) {
+      cudaGetLastError();  // an allocation failure is not sticky: clear it
+      TANDEM_FAIL(kOutOfMemory, "cannot allocate ", bytes,
+                  " bytes of device memory: ", cudaGetErrorString(e));
+    }
+    return p;
+  }
+  // cudaFree waits for the device, so no queued op still uses the bytes.
+  void deallocate(void* p) override { cudaFree(p); }
+  // From pageable memory the copy returns once the source is staged, so src may be reused; the
+  // stream orders it with the ops around it.
+  void upload(const TensorView& src, const TensorView& dst) override {
+    check_copy(src, dst, "upload");
+    TANDEM_CHECK(dst.memory == MemoryKind::kDevice, "upload to ", dst.describe(),
+                 " in host memory");
+    if (src.nbytes() == 0) return;
+    TANDEM_CUDA_CHECK(cudaMemcpyAsync(dst.data, src.data, static_cast<size_t>(src.nbytes()),
+                                      cudaMemcpyHostToDevice, stream_));
+  }
+  void download(const TensorView& src, const TensorView& dst) override {
+    check_copy(src, dst, "download");
+    TANDEM_CHECK(src.memory == MemoryKind::kDevice, "download from ", src.describe(),
+                 " in host memory");
+    if (src.nbytes() > 0)
+      TANDEM_CUDA_CHECK(cudaMemcpyAsync(dst.data, src.data, static_cast<size_t>(src.nbytes()),
+                                        cudaMemcpyDeviceToHost, stream_));
+    synchronize();
+  }
+
   cudaStream_t stream() const { return stream_; }
 
  private:
+  static void check_copy(const TensorView& src, const TensorView& dst, const char* what) {
+    TANDEM_CHECK(src.dtype == dst.dtype && src.numel() == dst.numel() && src.contiguous() &&
+                     dst.contiguous(),
+                 what, " ", src.describe(), " -> ", dst.describe());
+  }
+
   struct RopeEntry {
     std::vector<float> inv_freq;
     float* device = nullptr;
@@ -110,6 +151,10 @@ class CudaBackend final : public Backend {
   std::vector<RopeEntry> rope_tables_;
 };
 
+// Compiled for the same architectures as every kernel: whether the device can load it says
+// whether it can run them.
+__global__ void probe_kernel() {}
+
 }  // namespace
 
 CudaDeviceInfo cuda_device_info() {
@@ -128,12 +173,18 @@ CudaDeviceInfo cuda_device_info() {
     info.sm_minor = prop.minor;
     info.sm_count = prop.multiProcessorCount;
   }
+  cudaFuncAttributes attr{};
+  info.runs_kernels = cudaFuncGetAttributes(&attr, probe_kernel) == cudaSuccess;
+  if (!info.runs_kernels) cudaGetLastError();  // e.g. no kernel image for this device
   return info;
 }
 
 std::unique_ptr<Backend> make_cuda_backend() {
-  if (cuda_device_info().count == 0)
-    TANDEM_FAIL(kUnsupported, "no CUDA device is visible (use --device cpu)");
+  const CudaDeviceInfo info = cuda_device_info();
+  if (info.count == 0) TANDEM_FAIL(kUnsupported, "no CUDA device is visible (use --device cpu)");
+  if (!info.runs_kernels)
+    TANDEM_FAIL(kUnsupported, "CUDA device ", info.name, " (sm_", info.sm_major, info.sm_minor,
+                ") cannot run this build's kernels (rebuild with its CMAKE_CUDA_ARCHITECTURES)");
   return std::make_unique<CudaBackend>();
 }
 

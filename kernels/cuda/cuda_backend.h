@@ -18,13 +18,15 @@ struct CudaDeviceInfo {
   std::string name;  // device 0
   int64_t memory_bytes = 0;
   int sm_major = 0, sm_minor = 0;
-  int sm_count = 0;  // multiprocessors
+  int sm_count = 0;           // multiprocessors
+  bool runs_kernels = false;  // this build has kernel code device 0 can run (CUDA_ARCHITECTURES)
 };
 
 // Never throws: a machine without a GPU or driver reports count 0.
 CudaDeviceInfo cuda_device_info();
 
-// The CUDA backend on device 0; throws tandem::Error (kUnsupported) without a usable GPU.
+// The CUDA backend on device 0; throws tandem::Error (kUnsupported) without a usable GPU (none
+// visible, or one this build's kernels were not compiled for).
 std::unique_ptr<Backend> make_cuda_backend();
 
 // Token sampling on the GPU (kernels/cuda/sampling.cuh) on the stream of `backend`, which must

@@ -1,0 +1,410 @@
+// Device placement without a GPU: a fake "device" backend runs the CPU backend's ops on memory of
+// its own that the host may not touch (memory_kind kDevice, so the model and the KV stores take
+// every path a GPU backend takes: weight uploads, downloads of what the host reads, the mirrored
+// device block pool, uploads of host partials and host blocks). Every operand of every op must
+// lie inside one of its allocations, and every upload source and download target outside them,
+// so a host pointer reaching a device op (a mapped weight, a host KV block, a host-side buffer)
+// fails the test. Its memory is one arena that is PROT_NONE except while one of its own ops,
+// uploads or downloads runs, so a host read or write of device memory (the host reading logits,
+// k or lse in place) faults. Its allocations start as NaN bytes, so an element read before it is
+// written shows in the logits. Logits must equal the plain CPU backend's bit for bit: the ops are
+// the same code on the same values, only where the bytes live differs.
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <csignal>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "kernels/backend.h"
+#include "kernels/cuda/cuda_backend.h"
+#include "kvstore/kv_store.h"
+#include "models/model.h"
+#include "tests/test_helpers.h"
+
+using namespace tandem;
+using tandem::test::ReferenceLogits;
+
+namespace {
+
+class FakeDevice final : public Backend {
+ public:
+  FakeDevice() : cpu_(make_cpu_backend()) {
+    void* p =
+        mmap(nullptr, kArenaBytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) throw std::runtime_error("fake device: mmap failed");
+    arena_ = static_cast<char*>(p);
+  }
+  ~FakeDevice() override { munmap(arena_, kArenaBytes); }
+  std::string_view name() const override { return "fake-device"; }
+
+  // A bump allocator over the arena (freed bytes are not reused; a test needs little).
+  MemoryKind memory_kind() const override { return MemoryKind::kDevice; }
+  void* allocate(int64_t bytes) override {
+    const size_t at = (used_ + 63) / 64 * 64;
+    const size_t size = std::max<size_t>(static_cast<size_t>(bytes), 1);
+    if (at + size > kArenaBytes) throw std::runtime_error("fake device: arena exhausted");
+    used_ = at + size;
+    char* p = arena_ + at;
+    const Open open(*this);
+    std::memset(p, 0xff, size);  // NaN in every f32
+    allocs_[p] = bytes;
+    return p;
+  }
+  void deallocate(void* p) override {
+    if (allocs_.erase(p) != 1) throw std::logic_error("fake device: free of a foreign pointer");
+  }
+  void upload(const TensorView& src, const TensorView& dst) override {
+    on_host(src, "upload source");
+    on_device(dst, "upload target");
+    ++uploads_;
+    const Open open(*this);
+    Backend::upload(src, dst);
+  }
+  void download(const TensorView& src, const TensorView& dst) override {
+    on_device(src, "download source");
+    on_host(dst, "download target");
+    ++downloads_;
+    const Open open(*this);
+    Backend::download(src, dst);
+  }
+
+  void matmul(const TensorView& x, const TensorView& w, const TensorView& bias,
+              const TensorView& y) override {
+    on_device({&x, &w, &bias, &y}, "matmul");
+    const Open open(*this);
+    cpu_->matmul(x, w, bias, y);
+  }
+  void embedding(const TensorView& ids, const TensorView& table, const TensorView& out) override {
+    on_device({&ids, &table, &out}, "embedding");
+    const Open open(*this);
+    cpu_->embedding(ids, table, out);
+  }
+  void rms_norm(const TensorView& x, const TensorView& w, float eps,
+                const TensorView& out) override {
+    on_device({&x, &w, &out}, "rms_norm");
+    const Open open(*this);
+    cpu_->rms_norm(x, w, eps, out);
+  }
+  void layer_norm(const TensorView& x, const TensorView& w, const TensorView& b, float eps,
+                  const TensorView& out) override {
+    on_device({&x, &w, &b, &out}, "layer_norm");
+    const Open open(*this);
+    cpu_->layer_norm(x, w, b, eps, out);
+  }
+  void rope(const TensorView& x, const TensorView& pos, const RopeTable& rope) override {
+    on_device({&x, &pos}, "rope");
+    const Open open(*this);
+    cpu_->rope(x, pos, rope);
+  }
+  void silu_mul(const TensorView& gate, const TensorView& up, const TensorView& out) override {
+    on_device({&gate, &up, &out}, "silu_mul");
+    const Open open(*this);
+    cpu_->silu_mul(gate, up, out);
+  }
+  void relu(const TensorView& x) override {
+    on_device({&x}, "relu");
+    const Open open(*this);
+    cpu_->relu(x);
+  }
+  void add(const TensorView& a, const TensorView& b, const TensorView& out) override {
+    on_device({&a, &b, &out}, "add");
+    const Open open(*this);
+    cpu_->add(a, b, out);
+  }
+  void softmax(const TensorView& x) override {
+    on_device({&x}, "softmax");
+    const Open open(*this);
+    cpu_->softmax(x);
+  }
+  void attention(const TensorView& q, const TensorView& k, const TensorView& v,
+                 const TensorView& q_pos, int64_t k_pos0, float scale,
+                 const AttnPartial& out) override {
+    on_device({&q, &k, &v, &q_pos, &out.o, &out.lse}, "attention");
+    const Open open(*this);
+    cpu_->attention(q, k, v, q_pos, k_pos0, scale, out);
+  }
+  void merge(const AttnPartial& a, const AttnPartial& b) override {
+    on_device({&a.o, &a.lse, &b.o, &b.lse}, "merge");
+    const Open open(*this);
+    cpu_->merge(a, b);
+  }
+  void copy(const TensorView& src, const TensorView& dst) override {
+    on_device({&src, &dst}, "copy");
+    const Open open(*this);
+    cpu_->copy(src, dst);
+  }
+
+  size_t live_allocations() const { return allocs_.size(); }
+  // Reads one f32 of device memory (for the test of the fault itself).
+  float peek(const TensorView& t) const { return *t.as<const float>(); }
+  int64_t uploads() const { return uploads_; }
+  int64_t downloads() const { return downloads_; }
+
+ private:
+  static constexpr size_t kArenaBytes = size_t{1} << 30;  // reserved address space
+
+  // The arena readable and writable for the lifetime of this object (ops run synchronously on
+  // the calling thread; host attention threads never touch device memory).
+  struct Open {
+    explicit Open(const FakeDevice& d) : dev(d) { protect(PROT_READ | PROT_WRITE); }
+    ~Open() { protect(PROT_NONE); }
+    void protect(int prot) const {
+      const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+      const size_t bytes = (dev.used_ + page - 1) / page * page;
+      if (bytes > 0 && mprotect(dev.arena_, bytes, prot) != 0) std::abort();
+    }
+    const FakeDevice& dev;
+  };
+
+  // [first, last] byte addresses a view spans (empty views span nothing).
+  static std::pair<const char*, const char*> extent(const TensorView& t) {
+    const char* lo = static_cast<const char*>(t.data);
+    int64_t last = 0;
+    for (int i = 0; i < t.ndim; ++i)
+      last += (t.shape[static_cast<size_t>(i)] - 1) * t.stride[static_cast<size_t>(i)];
+    return {lo, lo + last * dtype_size(t.dtype) + dtype_size(t.dtype) - 1};
+  }
+  // The allocation holding address p, or allocs_.end().
+  std::map<void*, int64_t>::const_iterator owner(const char* p) const {
+    auto it = allocs_.upper_bound(const_cast<char*>(p));
+    if (it == allocs_.begin()) return allocs_.end();
+    --it;
+    const char* base = static_cast<const char*>(it->first);
+    return p < base + it->second ? it : allocs_.end();
+  }
+  void on_device(const TensorView& t, const std::string& what) const {
+    if (t.empty() || t.numel() == 0) return;
+    if (t.memory != MemoryKind::kDevice)
+      throw std::logic_error("fake device: " + what + " operand " + t.describe() +
+                             " is not tagged as device memory");
+    const auto [lo, hi] = extent(t);
+    const auto it = owner(lo);
+    if (it == allocs_.end() || owner(hi) != it)
+      throw std::logic_error("fake device: " + what + " operand " + t.describe() +
+                             " is not inside one device allocation");
+  }
+  void on_device(std::initializer_list<const TensorView*> ts, const char* what) const {
+    for (const TensorView* t : ts) on_device(*t, what);
+  }
+  void on_host(const TensorView& t, const std::string& what) const {
+    if (t.empty() || t.numel() == 0) return;
+    const auto [lo, hi] = extent(t);
+    if (owner(lo) != allocs_.end() || owner(hi) != allocs_.end())
+      throw std::logic_error("fake device: " + what + " " + t.describe() + " is device memory");
+  }
+
+  std::unique_ptr<Backend> cpu_;
+  char* arena_ = nullptr;
+  size_t used_ = 0;
+  std::map<void*, int64_t> allocs_;
+  int64_t uploads_ = 0, downloads_ = 0;
+};
+
+using Rows = std::vector<std::vector<float>>;
+
+// Logits of every position: the prompt prefilled in chunks of `chunk`, then one decode step per
+// token (as tests/test_hybrid_kv.cpp).
+Rows run_sequence(Model& model, const KvConfig& cfg, const ReferenceLogits& ref, int32_t chunk) {
+  KvStore store(model.backend(), model.kv_shape(), cfg, 1, 64);
+  auto kv = store.new_sequence(64);
+  Rows rows;
+  const int64_t v = model.config().vocab_size;
+  const std::vector<int32_t>& prompt = ref.prompt;
+  for (size_t at = 0; at < prompt.size(); at += static_cast<size_t>(chunk)) {
+    const size_t n = std::min(prompt.size() - at, static_cast<size_t>(chunk));
+    const StepSequence s{kv.get(), std::span<const int32_t>(prompt).subspan(at, n), true, false,
+                         at + n == prompt.size()};
+    const TensorView l = model.forward(std::span<const StepSequence>(&s, 1));
+    for (int64_t r = 0; r < l.dim(0); ++r)
+      rows.emplace_back(l.as<float>() + r * v, l.as<float>() + (r + 1) * v);
+  }
+  for (const int32_t& t : ref.decode) {
+    const StepSequence s{kv.get(), std::span<const int32_t>(&t, 1), false, true, false};
+    const TensorView l = model.forward(std::span<const StepSequence>(&s, 1));
+    rows.emplace_back(l.as<float>(), l.as<float>() + v);
+  }
+  return rows;
+}
+
+// Two sequences in every step (different lengths, last-token logits only): the whole prompt of
+// one and half the prompt of the other, then decode steps of both together.
+Rows run_batch(Model& model, const KvConfig& cfg, const ReferenceLogits& ref) {
+  KvStore store(model.backend(), model.kv_shape(), cfg, 2, 64);
+  auto a = store.new_sequence(64), b = store.new_sequence(64);
+  const std::span<const int32_t> prompt(ref.prompt);
+  Rows rows;
+  const int64_t v = model.config().vocab_size;
+  auto step = [&](const std::vector<StepSequence>& batch) {
+    const TensorView l = model.forward(batch);
+    for (int64_t r = 0; r < l.dim(0); ++r)
+      rows.emplace_back(l.as<float>() + r * v, l.as<float>() + (r + 1) * v);
+  };
+  step({StepSequence{a.get(), prompt, false, false, true},
+        StepSequence{b.get(), prompt.first(prompt.size() / 2), false, false, true}});
+  for (size_t i = 0; i < ref.decode.size(); ++i) {
+    const std::span<const int32_t> t(&ref.decode[i], 1);
+    step({StepSequence{a.get(), t, false, true, false},
+          StepSequence{b.get(), t, false, true, false}});
+  }
+  return rows;
+}
+
+bool bit_equal(const Rows& a, const Rows& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (a[i].size() != b[i].size() ||
+        std::memcmp(a[i].data(), b[i].data(), a[i].size() * sizeof(float)) != 0)
+      return false;
+  return true;
+}
+
+KvConfig dense() {
+  KvConfig c;
+  c.dense = true;
+  return c;
+}
+
+KvConfig hybrid(int32_t window, SparsePolicy p, CpuAttnMode m, DType kv = DType::kF32) {
+  KvConfig c;
+  c.sinks = 2;
+  c.block = 4;
+  c.window = window;
+  c.sparse = p;
+  c.cpu_attn = m;
+  c.topk_blocks = 2;
+  c.kv_dtype = kv;
+  return c;
+}
+
+const char* kModels[] = {"tinystories-656k",
+                         "llama-tiny",
+                         "llama-tiny-f16-tied",
+                         "mistral-tiny-bf16-sharded",
+                         "qwen2-tiny",
+                         "qwen3-tiny",
+                         "opt-tiny",
+                         "opt-tiny-postln"};
+
+}  // namespace
+
+TEST_CASE("the fake device rejects host operands", "[placement]") {
+  FakeDevice dev;
+  BackendBuffer a(dev, DType::kF32, {4}), b(dev, DType::kF32, {4});
+  std::vector<float> host(4, 1.0f);
+  const TensorView hv(host.data(), DType::kF32, {4});
+  dev.upload(hv, a.view());
+  dev.add(a.view(), a.view(), b.view());
+  dev.download(b.view(), hv);
+  CHECK(host[0] == 2.0f);
+  TensorView tagged = hv;
+  tagged.memory = MemoryKind::kDevice;
+  CHECK_THROWS(dev.add(a.view(), tagged, b.view()));  // host bytes tagged as device
+  CHECK_THROWS(dev.add(a.view(), hv, b.view()));
+  TensorView past = a.view();
+  past.shape[0] = 5;  // one element beyond the allocation
+  CHECK_THROWS(dev.add(past, past, past));
+  CHECK_THROWS(dev.upload(a.view(), b.view()));  // device -> device is not an upload
+  // A host read of device memory outside the backend's calls faults (checked in a child).
+  const pid_t child = fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    std::signal(SIGSEGV, SIG_DFL);  // die of the fault, not Catch's report of it
+    volatile float x = dev.peek(b.view());
+    (void)x;
+    _exit(0);
+  }
+  int status = 0;
+  REQUIRE(waitpid(child, &status, 0) == child);
+  CHECK(WIFSIGNALED(status));
+  if (WIFSIGNALED(status)) CHECK(WTERMSIG(status) == SIGSEGV);
+}
+
+TEST_CASE("forward on the fake device equals the CPU backend bit for bit", "[placement]") {
+  auto cpu = make_cpu_backend();
+  for (const char* name : kModels) {
+    const ReferenceLogits ref = ReferenceLogits::load(name);
+    FakeDevice dev;
+    {
+      auto on_cpu = Model::load(ref.model, *cpu);
+      auto on_dev = Model::load(ref.model, dev);
+      CHECK(dev.uploads() > 0);  // the weights
+      struct Case {
+        std::string label;
+        KvConfig cfg;
+        int32_t chunk;
+      };
+      std::vector<Case> cases = {
+          {"dense", dense(), 5},
+          {"full window 0", hybrid(0, SparsePolicy::kFull, CpuAttnMode::kParallel), 5},
+          {"full window 6", hybrid(6, SparsePolicy::kFull, CpuAttnMode::kParallel), 5},
+          {"full window 64", hybrid(64, SparsePolicy::kFull, CpuAttnMode::kParallel), 12},
+      };
+      for (SparsePolicy p : {SparsePolicy::kFull, SparsePolicy::kHgca, SparsePolicy::kTopk})
+        for (CpuAttnMode m : {CpuAttnMode::kParallel, CpuAttnMode::kAhead})
+          cases.push_back(
+              {std::string(policy_name(p)) + " " + std::string(mode_name(m)), hybrid(8, p, m), 12});
+      cases.push_back({"hgca ahead bf16 kv",
+                       hybrid(8, SparsePolicy::kHgca, CpuAttnMode::kAhead, DType::kBF16), 12});
+      for (const Case& c : cases) {
+        DYNAMIC_SECTION(name << " " << c.label) {
+          const int64_t downloads = dev.downloads();
+          const Rows want = run_sequence(*on_cpu, c.cfg, ref, c.chunk);
+          const Rows got = run_sequence(*on_dev, c.cfg, ref, c.chunk);
+          CHECK(dev.downloads() > downloads);  // at least the logits
+          CHECK(bit_equal(got, want));
+        }
+      }
+      DYNAMIC_SECTION(name << " two sequences per step") {
+        for (const KvConfig& cfg : {dense(), hybrid(8, SparsePolicy::kHgca, CpuAttnMode::kAhead),
+                                    hybrid(8, SparsePolicy::kTopk, CpuAttnMode::kParallel)})
+          CHECK(bit_equal(run_batch(*on_dev, cfg, ref), run_batch(*on_cpu, cfg, ref)));
+      }
+    }
+    CHECK(dev.live_allocations() == 0);  // the model and the stores gave back all they took
+  }
+}
+
+TEST_CASE("--device cuda without a GPU is a one-line error, --device auto falls back to the CPU",
+          "[placement][cli]") {
+  if (cuda_device_info().count > 0) {
+    SUCCEED("a CUDA device is visible: nothing to refuse");
+    return;
+  }
+  const std::filesystem::path err = std::filesystem::temp_directory_path() /
+                                    ("tandem-device-" + std::to_string(getpid()) + ".txt");
+  auto run = [&](const std::string& device) {
+    const std::string cmd = std::string(TANDEM_TANDEM_BIN) + " run --model " +
+                            tandem::test::repo_path("models/tandem-demo").string() +
+                            " --prompt Once --max-tokens 2 --device " + device + " >/dev/null 2>" +
+                            err.string();
+    const int rc = std::system(cmd.c_str());
+    REQUIRE(WIFEXITED(rc));
+    return WEXITSTATUS(rc);
+  };
+  auto lines = [&] {
+    std::ifstream in(err);
+    std::vector<std::string> out;
+    for (std::string l; std::getline(in, l);) out.push_back(l);
+    return out;
+  };
+  CHECK(run("cuda") == 1);
+  const std::vector<std::string> msg = lines();
+  REQUIRE(msg.size() == 1);
+  CHECK(msg[0].find("--device cuda") != std::string::npos);
+  CHECK(run("auto") == 0);
+  CHECK(run("cpu") == 0);
+  CHECK(run("gpu") == 1);
+  std::filesystem::remove(err);
+}
