@@ -164,10 +164,12 @@ int cmd_serve(const std::vector<std::string>& args) {
   const Tokenizer tok = Tokenizer::load(dir);
   const ChatTemplate tmpl = ChatTemplate::from_model_dir(dir);
   const ModelConfig& c = model->config();
-  log->info("loaded {} ({} layers, {:.1f}M parameters) in {:.1f} s; chat template: {}",
-            arch_name(c.arch), c.n_layer, static_cast<double>(c.n_params()) / 1e6,
-            std::chrono::duration<double>(std::chrono::steady_clock::now() - t_load).count(),
-            tmpl.is_fallback() ? "ChatML fallback" : "the model's");
+  log->info(
+      "loaded {} ({} layers, {:.1f}M parameters) on the {} backend in {:.1f} s; chat "
+      "template: {}",
+      arch_name(c.arch), c.n_layer, static_cast<double>(c.n_params()) / 1e6, backend->name(),
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t_load).count(),
+      tmpl.is_fallback() ? "ChatML fallback" : "the model's");
 
   EngineOptions eo;
   eo.max_batch = static_cast<int32_t>(f.integer("max-batch", eo.max_batch, 1, 4096));
