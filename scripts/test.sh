@@ -23,4 +23,12 @@ if command -v clang-format >/dev/null; then
     exit 1
   fi
 fi
-ctest --test-dir "$build" --output-on-failure -j "$(nproc)"
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+ctest --test-dir "$build" --output-on-failure -j "$(nproc)" | tee "$log"
+# A test that cannot run here (the GPU tests without a GPU) exits 4 and ctest shows "Skipped";
+# print each one's own reason too, so a skip is never read as a pass.
+if grep -q '(Skipped)' "$log"; then
+  echo "Why they were skipped:"
+  ctest --test-dir "$build" -L gpu -V 2>&1 | sed -n 's/^[0-9]*: \(.*skipped.*\)$/  \1/p'
+fi
