@@ -28,23 +28,12 @@
 #include "kernels/cuda/cuda_memory.h"
 #include "kernels/dtype.h"
 #include "kernels/tensor.h"
+#include "tests/gpu_skip.h"
 
 using namespace tandem;
+using tandem::test::SkipWithoutGpu;
 
 namespace {
-
-// Exits 4 before any test runs when there is no device to run them on.
-struct SkipWithoutGpu : Catch::TestEventListenerBase {
-  using TestEventListenerBase::TestEventListenerBase;
-  void testRunStarting(Catch::TestRunInfo const& info) override {
-    TestEventListenerBase::testRunStarting(info);
-    if (cuda_device_info().count > 0) return;
-    const size_t n = Catch::getAllTestCasesSorted(*m_config).size();
-    std::fprintf(stderr, "test_cuda_kernels: no CUDA device: %zu GPU tests skipped\n", n);
-    std::fflush(stderr);
-    std::exit(4);  // ctest SKIP_RETURN_CODE
-  }
-};
 
 constexpr double kTol32 = 1e-5;
 constexpr double kTol16 = 1e-2;

@@ -26,87 +26,24 @@
 
 #include "kernels/backend.h"
 #include "kernels/cuda/cuda_backend.h"
-#include "kvstore/kv_store.h"
-#include "models/model.h"
-#include "tests/test_helpers.h"
+#include "tests/gpu_skip.h"
+#include "tests/test_model_runs.h"
 
 using namespace tandem;
-using tandem::test::ReferenceLogits;
-using tandem::test::rel_error;
+using namespace tandem::test;
 
 namespace {
-
-// Exits 4 before any test runs when there is no device to run them on.
-struct SkipWithoutGpu : Catch::TestEventListenerBase {
-  using TestEventListenerBase::TestEventListenerBase;
-  void testRunStarting(Catch::TestRunInfo const& info) override {
-    TestEventListenerBase::testRunStarting(info);
-    if (cuda_device_info().count > 0) return;
-    const size_t n = Catch::getAllTestCasesSorted(*m_config).size();
-    std::fprintf(stderr, "test_cuda_model: no CUDA device: %zu GPU tests skipped\n", n);
-    std::fflush(stderr);
-    std::exit(4);  // ctest SKIP_RETURN_CODE
-  }
-};
 
 constexpr double kTolF32 = 1e-4;
 constexpr double kTol16 = 5e-2;
 
-using Rows = std::vector<std::vector<float>>;
-
-// Logits of every position: the prompt prefilled in chunks of `chunk`, then one decode step per
-// token.
-Rows run_sequence(Model& model, const KvConfig& cfg, const ReferenceLogits& ref, int32_t chunk) {
-  KvStore store(model.backend(), model.kv_shape(), cfg, 1, 64);
-  auto kv = store.new_sequence(64);
-  Rows rows;
-  const int64_t v = model.config().vocab_size;
-  const std::vector<int32_t>& prompt = ref.prompt;
-  for (size_t at = 0; at < prompt.size(); at += static_cast<size_t>(chunk)) {
-    const size_t n = std::min(prompt.size() - at, static_cast<size_t>(chunk));
-    const StepSequence s{kv.get(), std::span<const int32_t>(prompt).subspan(at, n), true, false,
-                         at + n == prompt.size()};
-    const TensorView l = model.forward(std::span<const StepSequence>(&s, 1));
-    for (int64_t r = 0; r < l.dim(0); ++r)
-      rows.emplace_back(l.as<float>() + r * v, l.as<float>() + (r + 1) * v);
-  }
-  for (const int32_t& t : ref.decode) {
-    const StepSequence s{kv.get(), std::span<const int32_t>(&t, 1), false, true, false};
-    const TensorView l = model.forward(std::span<const StepSequence>(&s, 1));
-    rows.emplace_back(l.as<float>(), l.as<float>() + v);
-  }
+// Logits of the reference prompt and decode tokens (see run_sequence), every value finite.
+LogitRows run(Model& model, const KvConfig& cfg, const ReferenceLogits& ref, int32_t chunk) {
+  LogitRows rows = run_sequence(model, cfg, ref.prompt, ref.decode, chunk);
+  for (const auto& row : rows)
+    for (float x : row) REQUIRE(std::isfinite(x));
   return rows;
 }
-
-double worst(const Rows& got, const Rows& want) {
-  REQUIRE(got.size() == want.size());
-  double w = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    for (float x : got[i]) REQUIRE(std::isfinite(x));
-    w = std::max(w, rel_error(got[i].data(), want[i].data(), static_cast<int64_t>(got[i].size())));
-  }
-  return w;
-}
-
-KvConfig hybrid(int32_t window, SparsePolicy p, CpuAttnMode m) {
-  KvConfig c;
-  c.sinks = 2;
-  c.block = 4;
-  c.window = window;
-  c.sparse = p;
-  c.cpu_attn = m;
-  c.topk_blocks = 2;
-  return c;
-}
-
-const char* kModels[] = {"tinystories-656k",
-                         "llama-tiny",
-                         "llama-tiny-f16-tied",
-                         "mistral-tiny-bf16-sharded",
-                         "qwen2-tiny",
-                         "qwen3-tiny",
-                         "opt-tiny",
-                         "opt-tiny-postln"};
 
 }  // namespace
 
@@ -115,7 +52,7 @@ CATCH_REGISTER_LISTENER(SkipWithoutGpu)
 TEST_CASE("forward on the CUDA backend matches the CPU backend", "[cuda][model]") {
   auto cpu = make_cpu_backend();
   auto gpu = make_cuda_backend();
-  for (const char* name : kModels) {
+  for (const char* name : kReferenceModels) {
     const ReferenceLogits ref = ReferenceLogits::load(name);
     if (!std::filesystem::exists(ref.model)) {
       // tinystories-656k lives in ../shared, which a checkout copied to a GPU machine may lack.
@@ -133,17 +70,17 @@ TEST_CASE("forward on the CUDA backend matches the CPU backend", "[cuda][model]"
     dense.dense = true;
     std::vector<Case> cases = {
         {"dense", dense},
-        {"full window 0", hybrid(0, SparsePolicy::kFull, CpuAttnMode::kParallel)},
-        {"full window 6", hybrid(6, SparsePolicy::kFull, CpuAttnMode::kParallel)},
+        {"full window 0", small_hybrid(0, SparsePolicy::kFull, CpuAttnMode::kParallel)},
+        {"full window 6", small_hybrid(6, SparsePolicy::kFull, CpuAttnMode::kParallel)},
     };
     for (SparsePolicy p : {SparsePolicy::kFull, SparsePolicy::kHgca, SparsePolicy::kTopk})
       for (CpuAttnMode m : {CpuAttnMode::kParallel, CpuAttnMode::kAhead})
         cases.push_back(
-            {std::string(policy_name(p)) + " " + std::string(mode_name(m)), hybrid(8, p, m)});
+            {std::string(policy_name(p)) + " " + std::string(mode_name(m)), small_hybrid(8, p, m)});
     for (const Case& c : cases) {
       DYNAMIC_SECTION(name << " " << c.label) {
         const double err =
-            worst(run_sequence(*on_gpu, c.cfg, ref, 12), run_sequence(*on_cpu, c.cfg, ref, 12));
+            worst_rel_error(run(*on_gpu, c.cfg, ref, 12), run(*on_cpu, c.cfg, ref, 12));
         INFO(name << " " << c.label << ": worst relative logit error " << err << " (tolerance "
                   << tol << ")");
         CHECK(err < tol);
@@ -163,8 +100,7 @@ TEST_CASE("an exact prefill of 5-row chunks keeps 16-bit checkpoints on the GEMV
     auto on_gpu = Model::load(ref.model, *gpu);
     KvConfig dense;
     dense.dense = true;
-    const double err =
-        worst(run_sequence(*on_gpu, dense, ref, 5), run_sequence(*on_cpu, dense, ref, 5));
+    const double err = worst_rel_error(run(*on_gpu, dense, ref, 5), run(*on_cpu, dense, ref, 5));
     INFO(name << ": worst relative logit error " << err);
     CHECK(err < 1e-3);
   }

@@ -31,10 +31,10 @@
 #include "kernels/cuda/cuda_backend.h"
 #include "kvstore/kv_store.h"
 #include "models/model.h"
-#include "tests/test_helpers.h"
+#include "tests/test_model_runs.h"
 
 using namespace tandem;
-using tandem::test::ReferenceLogits;
+using namespace tandem::test;
 
 namespace {
 
@@ -212,31 +212,7 @@ class FakeDevice final : public Backend {
   int64_t uploads_ = 0, downloads_ = 0;
 };
 
-using Rows = std::vector<std::vector<float>>;
-
-// Logits of every position: the prompt prefilled in chunks of `chunk`, then one decode step per
-// token (as tests/test_hybrid_kv.cpp).
-Rows run_sequence(Model& model, const KvConfig& cfg, const ReferenceLogits& ref, int32_t chunk) {
-  KvStore store(model.backend(), model.kv_shape(), cfg, 1, 64);
-  auto kv = store.new_sequence(64);
-  Rows rows;
-  const int64_t v = model.config().vocab_size;
-  const std::vector<int32_t>& prompt = ref.prompt;
-  for (size_t at = 0; at < prompt.size(); at += static_cast<size_t>(chunk)) {
-    const size_t n = std::min(prompt.size() - at, static_cast<size_t>(chunk));
-    const StepSequence s{kv.get(), std::span<const int32_t>(prompt).subspan(at, n), true, false,
-                         at + n == prompt.size()};
-    const TensorView l = model.forward(std::span<const StepSequence>(&s, 1));
-    for (int64_t r = 0; r < l.dim(0); ++r)
-      rows.emplace_back(l.as<float>() + r * v, l.as<float>() + (r + 1) * v);
-  }
-  for (const int32_t& t : ref.decode) {
-    const StepSequence s{kv.get(), std::span<const int32_t>(&t, 1), false, true, false};
-    const TensorView l = model.forward(std::span<const StepSequence>(&s, 1));
-    rows.emplace_back(l.as<float>(), l.as<float>() + v);
-  }
-  return rows;
-}
+using Rows = LogitRows;
 
 // Two sequences in every step (different lengths, last-token logits only): the whole prompt of
 // one and half the prompt of the other, then decode steps of both together.
@@ -276,27 +252,6 @@ KvConfig dense() {
   return c;
 }
 
-KvConfig hybrid(int32_t window, SparsePolicy p, CpuAttnMode m, DType kv = DType::kF32) {
-  KvConfig c;
-  c.sinks = 2;
-  c.block = 4;
-  c.window = window;
-  c.sparse = p;
-  c.cpu_attn = m;
-  c.topk_blocks = 2;
-  c.kv_dtype = kv;
-  return c;
-}
-
-const char* kModels[] = {"tinystories-656k",
-                         "llama-tiny",
-                         "llama-tiny-f16-tied",
-                         "mistral-tiny-bf16-sharded",
-                         "qwen2-tiny",
-                         "qwen3-tiny",
-                         "opt-tiny",
-                         "opt-tiny-postln"};
-
 }  // namespace
 
 TEST_CASE("the fake device rejects host operands", "[placement]") {
@@ -333,7 +288,7 @@ TEST_CASE("the fake device rejects host operands", "[placement]") {
 
 TEST_CASE("forward on the fake device equals the CPU backend bit for bit", "[placement]") {
   auto cpu = make_cpu_backend();
-  for (const char* name : kModels) {
+  for (const char* name : kReferenceModels) {
     const ReferenceLogits ref = ReferenceLogits::load(name);
     FakeDevice dev;
     {
@@ -347,28 +302,30 @@ TEST_CASE("forward on the fake device equals the CPU backend bit for bit", "[pla
       };
       std::vector<Case> cases = {
           {"dense", dense(), 5},
-          {"full window 0", hybrid(0, SparsePolicy::kFull, CpuAttnMode::kParallel), 5},
-          {"full window 6", hybrid(6, SparsePolicy::kFull, CpuAttnMode::kParallel), 5},
-          {"full window 64", hybrid(64, SparsePolicy::kFull, CpuAttnMode::kParallel), 12},
+          {"full window 0", small_hybrid(0, SparsePolicy::kFull, CpuAttnMode::kParallel), 5},
+          {"full window 6", small_hybrid(6, SparsePolicy::kFull, CpuAttnMode::kParallel), 5},
+          {"full window 64", small_hybrid(64, SparsePolicy::kFull, CpuAttnMode::kParallel), 12},
       };
       for (SparsePolicy p : {SparsePolicy::kFull, SparsePolicy::kHgca, SparsePolicy::kTopk})
         for (CpuAttnMode m : {CpuAttnMode::kParallel, CpuAttnMode::kAhead})
-          cases.push_back(
-              {std::string(policy_name(p)) + " " + std::string(mode_name(m)), hybrid(8, p, m), 12});
+          cases.push_back({std::string(policy_name(p)) + " " + std::string(mode_name(m)),
+                           small_hybrid(8, p, m), 12});
       cases.push_back({"hgca ahead bf16 kv",
-                       hybrid(8, SparsePolicy::kHgca, CpuAttnMode::kAhead, DType::kBF16), 12});
+                       small_hybrid(8, SparsePolicy::kHgca, CpuAttnMode::kAhead, DType::kBF16),
+                       12});
       for (const Case& c : cases) {
         DYNAMIC_SECTION(name << " " << c.label) {
           const int64_t downloads = dev.downloads();
-          const Rows want = run_sequence(*on_cpu, c.cfg, ref, c.chunk);
-          const Rows got = run_sequence(*on_dev, c.cfg, ref, c.chunk);
+          const Rows want = run_sequence(*on_cpu, c.cfg, ref.prompt, ref.decode, c.chunk);
+          const Rows got = run_sequence(*on_dev, c.cfg, ref.prompt, ref.decode, c.chunk);
           CHECK(dev.downloads() > downloads);  // at least the logits
           CHECK(bit_equal(got, want));
         }
       }
       DYNAMIC_SECTION(name << " two sequences per step") {
-        for (const KvConfig& cfg : {dense(), hybrid(8, SparsePolicy::kHgca, CpuAttnMode::kAhead),
-                                    hybrid(8, SparsePolicy::kTopk, CpuAttnMode::kParallel)})
+        for (const KvConfig& cfg :
+             {dense(), small_hybrid(8, SparsePolicy::kHgca, CpuAttnMode::kAhead),
+              small_hybrid(8, SparsePolicy::kTopk, CpuAttnMode::kParallel)})
           CHECK(bit_equal(run_batch(*on_dev, cfg, ref), run_batch(*on_cpu, cfg, ref)));
       }
     }

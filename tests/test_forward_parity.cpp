@@ -5,22 +5,14 @@
 #include <catch2/catch.hpp>
 
 #include "models/model.h"
-#include "tests/test_helpers.h"
+#include "tests/test_model_runs.h"
 
 using namespace tandem;
+using tandem::test::kReferenceModels;
 using tandem::test::ReferenceLogits;
 using tandem::test::rel_error;
 
 namespace {
-
-const char* kFixtures[] = {"tinystories-656k",
-                           "llama-tiny",
-                           "llama-tiny-f16-tied",
-                           "mistral-tiny-bf16-sharded",
-                           "qwen2-tiny",
-                           "qwen3-tiny",
-                           "opt-tiny",
-                           "opt-tiny-postln"};
 
 constexpr double kTol = 1e-4;  // f32 forward against a float64 reference
 
@@ -28,7 +20,7 @@ constexpr double kTol = 1e-4;  // f32 forward against a float64 reference
 
 TEST_CASE("prefill and 16 decode steps match the PyTorch reference", "[model][parity]") {
   auto backend = make_cpu_backend();
-  for (const char* name : kFixtures) {
+  for (const char* name : kReferenceModels) {
     DYNAMIC_SECTION(name) {
       const ReferenceLogits ref = ReferenceLogits::load(name);
       auto model = Model::load(ref.model, *backend);

@@ -11,60 +11,12 @@
 #include "kvstore/kv_store.h"
 #include "kvstore/selection.h"
 #include "models/model.h"
-#include "tests/test_helpers.h"
+#include "tests/test_model_runs.h"
 
 using namespace tandem;
-using tandem::test::ReferenceLogits;
-using tandem::test::rel_error;
+using namespace tandem::test;
 
 namespace {
-
-// Logits of every position of prompt + decode: the prompt prefilled (in chunks of `chunk`), then
-// one decode step per token.
-std::vector<std::vector<float>> run_sequence(Model& model, const KvConfig& cfg,
-                                             const std::vector<int32_t>& prompt,
-                                             const std::vector<int32_t>& decode, int32_t chunk,
-                                             HostStats* stats = nullptr) {
-  KvStore store(model.backend(), model.kv_shape(), cfg, 1, 64);
-  auto kv = store.new_sequence(64);
-  std::vector<std::vector<float>> rows;
-  const int64_t v = model.config().vocab_size;
-  for (size_t at = 0; at < prompt.size(); at += static_cast<size_t>(chunk)) {
-    const size_t n = std::min(prompt.size() - at, static_cast<size_t>(chunk));
-    const StepSequence s{kv.get(), std::span<const int32_t>(prompt).subspan(at, n), true, false,
-                         at + n == prompt.size()};
-    const TensorView l = model.forward(std::span<const StepSequence>(&s, 1));
-    for (int64_t r = 0; r < l.dim(0); ++r)
-      rows.emplace_back(l.as<float>() + r * v, l.as<float>() + (r + 1) * v);
-  }
-  for (const int32_t& t : decode) {
-    const StepSequence s{kv.get(), std::span<const int32_t>(&t, 1), false, true, false};
-    const TensorView l = model.forward(std::span<const StepSequence>(&s, 1));
-    rows.emplace_back(l.as<float>(), l.as<float>() + v);
-  }
-  if (stats) *stats = KvStore::stats_of(*kv);
-  return rows;
-}
-
-double worst(const std::vector<std::vector<float>>& a, const std::vector<std::vector<float>>& b) {
-  REQUIRE(a.size() == b.size());
-  double w = 0;
-  for (size_t i = 0; i < a.size(); ++i)
-    w = std::max(w, rel_error(a[i].data(), b[i].data(), static_cast<int64_t>(a[i].size())));
-  return w;
-}
-
-KvConfig hybrid(int32_t window, SparsePolicy p, CpuAttnMode m) {
-  KvConfig c;
-  c.sinks = 2;
-  c.block = 4;
-  c.window = window;
-  c.sparse = p;
-  c.cpu_attn = m;
-  c.topk_blocks = 2;
-  c.hgca_beta = 1.0f;
-  return c;
-}
 
 const char* kModels[] = {"tinystories-656k", "llama-tiny", "mistral-tiny-bf16-sharded",
                          "qwen2-tiny",       "qwen3-tiny", "opt-tiny",
@@ -85,9 +37,9 @@ TEST_CASE("sparse=full equals dense for every window split", "[hybrid][exact]") 
       DYNAMIC_SECTION(name << " window " << window) {
         HostStats st;
         const auto got =
-            run_sequence(*model, hybrid(window, SparsePolicy::kFull, CpuAttnMode::kParallel),
+            run_sequence(*model, small_hybrid(window, SparsePolicy::kFull, CpuAttnMode::kParallel),
                          ref.prompt, ref.decode, 5, &st);
-        CHECK(worst(got, want) < 1e-5);
+        CHECK(worst_rel_error(got, want) < 1e-5);
         if (window < 28) CHECK(st.attended == st.host_entries);  // full: every host entry
         if (window < 28) CHECK(st.host_entries > 0);
       }
@@ -102,14 +54,14 @@ TEST_CASE("ahead mode equals parallel when fed the true query", "[hybrid][ahead]
     auto model = Model::load(ref.model, *backend);
     for (SparsePolicy p : {SparsePolicy::kFull, SparsePolicy::kHgca, SparsePolicy::kTopk}) {
       DYNAMIC_SECTION(name << " " << policy_name(p)) {
-        const auto par =
-            run_sequence(*model, hybrid(8, p, CpuAttnMode::kParallel), ref.prompt, ref.decode, 12);
-        const auto oracle = run_sequence(*model, hybrid(8, p, CpuAttnMode::kAheadOracle),
+        const auto par = run_sequence(*model, small_hybrid(8, p, CpuAttnMode::kParallel),
+                                      ref.prompt, ref.decode, 12);
+        const auto oracle = run_sequence(*model, small_hybrid(8, p, CpuAttnMode::kAheadOracle),
                                          ref.prompt, ref.decode, 12);
-        CHECK(worst(oracle, par) == 0.0);
-        const auto ahead =
-            run_sequence(*model, hybrid(8, p, CpuAttnMode::kAhead), ref.prompt, ref.decode, 12);
-        const double diff = worst(ahead, par);
+        CHECK(worst_rel_error(oracle, par) == 0.0);
+        const auto ahead = run_sequence(*model, small_hybrid(8, p, CpuAttnMode::kAhead), ref.prompt,
+                                        ref.decode, 12);
+        const double diff = worst_rel_error(ahead, par);
         // The predicted query differs from the true one: report how much the logits move.
         WARN(name << " " << policy_name(p)
                   << ": ahead (predicted q) vs parallel, worst relative logit difference " << diff);
@@ -125,7 +77,8 @@ TEST_CASE("sparse policies attend a subset and stay close to dense", "[hybrid][s
   auto model = Model::load(ref.model, *backend);
   for (SparsePolicy p : {SparsePolicy::kHgca, SparsePolicy::kTopk}) {
     HostStats st;
-    run_sequence(*model, hybrid(8, p, CpuAttnMode::kParallel), ref.prompt, ref.decode, 12, &st);
+    run_sequence(*model, small_hybrid(8, p, CpuAttnMode::kParallel), ref.prompt, ref.decode, 12,
+                 &st);
     CHECK(st.host_entries > 0);
     CHECK(st.attended < st.host_entries);
   }
@@ -136,7 +89,7 @@ TEST_CASE("block accounting under random appends and frees", "[hybrid][pool]") {
   KvShape shape{2, 4, 2, 16, 0.25f};
   std::mt19937 rng(5);
   for (int32_t window : {0, 8, 12}) {
-    KvConfig cfg = hybrid(window, SparsePolicy::kFull, CpuAttnMode::kParallel);
+    KvConfig cfg = small_hybrid(window, SparsePolicy::kFull, CpuAttnMode::kParallel);
     KvStore store(*backend, shape, cfg, 4, 256);
     std::vector<std::unique_ptr<SequenceKv>> seqs;
     std::vector<float> q(4 * 16), k(2 * 16), v(2 * 16), o(4 * 16), lse(4);
@@ -187,7 +140,7 @@ TEST_CASE("device memory per sequence stays bounded by sinks + window", "[hybrid
   auto backend = make_cpu_backend();
   const ReferenceLogits ref = ReferenceLogits::load("llama-tiny");
   auto model = Model::load(ref.model, *backend);
-  KvConfig cfg = hybrid(8, SparsePolicy::kHgca, CpuAttnMode::kAhead);
+  KvConfig cfg = small_hybrid(8, SparsePolicy::kHgca, CpuAttnMode::kAhead);
   KvStore store(model->backend(), model->kv_shape(), cfg, 1, 256);
   auto kv = store.new_sequence(256);
   const int64_t bound = model->config().n_layer * (1 + (8 + 3) / 4);  // sink block + window blocks
@@ -243,7 +196,7 @@ TEST_CASE("MAW step, thresholds, Quest bound and top-k", "[hybrid][selection]") 
 TEST_CASE("ahead mode keeps its own copy of the predicted query", "[hybrid][ahead]") {
   auto backend = make_cpu_backend();
   const KvShape shape{1, 4, 2, 8, 1.0f / std::sqrt(8.0f)};
-  KvConfig cfg = hybrid(4, SparsePolicy::kFull, CpuAttnMode::kAhead);
+  KvConfig cfg = small_hybrid(4, SparsePolicy::kFull, CpuAttnMode::kAhead);
   cfg.cpu_threads = 1;
   KvStore store(*backend, shape, cfg, 2, 64);
   std::mt19937 rng(7);
