@@ -77,29 +77,25 @@ else
   ctest_summary=""
 fi
 
-# The kernel tests on their own: exit 0 required (4 would mean "skipped: no device").
-set +e
-"$tests_bin" 2>&1 | tee "$log/kernels.txt"
-kernels_rc=${PIPESTATUS[0]}
-set -e
-case $kernels_rc in
-  0) kernels_result="passed" ;;
-  4) kernels_result="FAILED: skipped (the test saw no CUDA device)"; status=1 ;;
-  *) kernels_result="FAILED (exit $kernels_rc)"; status=1 ;;
-esac
-kernels_summary="$(grep -E "All tests passed|test cases" "$log/kernels.txt" | tail -1 || true)"
+# A GPU test program on its own, output in $log/NAME.txt: exit 0 required (4 would mean "skipped:
+# no device"). Sets ${NAME}_result and ${NAME}_summary; a failure sets status=1.
+run_gpu_test() {
+  local name=$1 bin=$2 rc result
+  set +e
+  "$bin" 2>&1 | tee "$log/$name.txt"
+  rc=${PIPESTATUS[0]}
+  set -e
+  case $rc in
+    0) result="passed" ;;
+    4) result="FAILED: skipped (the test saw no CUDA device)"; status=1 ;;
+    *) result="FAILED (exit $rc)"; status=1 ;;
+  esac
+  printf -v "${name}_result" '%s' "$result"
+  printf -v "${name}_summary" '%s' "$(grep -E "All tests passed|test cases" "$log/$name.txt" | tail -1 || true)"
+}
 
-# The model on the GPU against the CPU backend (end-to-end logits), likewise exit 0 required.
-set +e
-"$model_bin" 2>&1 | tee "$log/model.txt"
-model_rc=${PIPESTATUS[0]}
-set -e
-case $model_rc in
-  0) model_result="passed" ;;
-  4) model_result="FAILED: skipped (the test saw no CUDA device)"; status=1 ;;
-  *) model_result="FAILED (exit $model_rc)"; status=1 ;;
-esac
-model_summary="$(grep -E "All tests passed|test cases" "$log/model.txt" | tail -1 || true)"
+run_gpu_test kernels "$tests_bin"  # the kernels against their CPU references
+run_gpu_test model "$model_bin"    # the model on the GPU against the CPU backend (end-to-end logits)
 
 # compute-sanitizer on the kernel tests.
 sanitizer="$(command -v compute-sanitizer || true)"
