@@ -290,6 +290,7 @@ std::shared_ptr<HostAttention::Batch> HostAttention::find(Ticket t) const {
 }
 
 void HostAttention::wait(Ticket t) {
+  const auto t0 = std::chrono::steady_clock::now();
   const std::shared_ptr<Batch> b = find(t);
   // Joins the arena (a slot is reserved for this) and runs tasks until the batch is done; when it
   // cannot join (threads == 1) the wait runs as a task of the arena and this thread blocks.
@@ -304,6 +305,10 @@ void HostAttention::wait(Ticket t) {
     std::lock_guard<std::mutex> lock(mu_);
     batches_.erase(t.id);
   }
+  wait_ns_.fetch_add(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0)
+          .count(),
+      std::memory_order_relaxed);
   if (error) std::rethrow_exception(error);
 }
 
@@ -315,6 +320,10 @@ bool HostAttention::ready(Ticket t) const {
 
 double HostAttention::busy_seconds() const {
   return static_cast<double>(busy_ns_.load(std::memory_order_relaxed)) * 1e-9;
+}
+
+double HostAttention::wait_seconds() const {
+  return static_cast<double>(wait_ns_.load(std::memory_order_relaxed)) * 1e-9;
 }
 
 }  // namespace tandem

@@ -65,6 +65,10 @@ class HostAttention {
 
   // Total thread-seconds spent in attention tasks since construction (for metrics).
   double busy_seconds() const;
+  // Total seconds callers spent inside wait() since construction: the time the thread that runs
+  // the device part was held by the host part (on a GPU, in the synchronous pipeline, the time
+  // the GPU idles waiting for the CPU). Includes the tasks that thread ran while helping.
+  double wait_seconds() const;
   int threads() const { return threads_; }
   int32_t head_dim() const { return head_dim_; }
   DType kv_dtype() const { return kv_dtype_; }
@@ -83,6 +87,7 @@ class HostAttention {
   DType kv_dtype_;
   tbb::task_arena arena_;
   std::atomic<int64_t> busy_ns_{0};
+  std::atomic<int64_t> wait_ns_{0};
   mutable std::mutex mu_;  // guards batches_ and next_id_
   std::map<uint64_t, std::shared_ptr<Batch>> batches_;
   uint64_t next_id_ = 1;

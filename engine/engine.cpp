@@ -358,6 +358,7 @@ void Engine::publish(double forward_s, double other_s, double other_cpu_s, int64
   m.kv_host_blocks_used = store_.host_blocks_used();
   m.kv_host_blocks_total = store_.host_blocks_total();
   m.cpu_attention_busy_seconds = ha ? ha->busy_seconds() : 0.0;
+  m.cpu_attention_wait_seconds = ha ? ha->wait_seconds() : 0.0;
   m.preemptions = scheduler_.preemptions();
 }
 

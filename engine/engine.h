@@ -54,6 +54,7 @@ struct EngineMetrics {
   int64_t kv_host_blocks_used = 0;
   int64_t kv_host_blocks_total = 0;
   double cpu_attention_busy_seconds = 0;  // host attention thread-seconds (0 with a dense store)
+  double cpu_attention_wait_seconds = 0;  // forward pass waiting for host partials, seconds
   int64_t preemptions = 0;
 };
 

@@ -2,8 +2,11 @@
 // owning BackendBuffer.
 #include "kernels/backend.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <string>
 
 namespace tandem {
 namespace {
@@ -15,6 +18,33 @@ void check_copy(const TensorView& src, const TensorView& dst, const char* what) 
 }
 
 }  // namespace
+
+MemoryInfo host_memory_info() {
+  MemoryInfo m;
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  int64_t kib = 0;
+  std::string unit;
+  while (in >> key >> kib) {
+    std::getline(in, unit);
+    if (key == "MemTotal:") m.total_bytes = kib * 1024;
+    if (key == "MemAvailable:") m.free_bytes = kib * 1024;
+  }
+  return m;
+}
+
+TensorView kv_page(const TensorView& kv, const KvPages& pages, size_t i) {
+  TANDEM_CHECK(kv.ndim == 3 && pages.rows > 0 && static_cast<int64_t>(i) < pages.count &&
+                   pages.ids[i] >= 0,
+               "kv page ", i, " of ", kv.describe());
+  const int64_t t = kv.dim(0), first = static_cast<int64_t>(i) * pages.rows;
+  TANDEM_CHECK(first < t, "kv page ", i, " past the span of ", t, " keys");
+  TensorView page = kv;
+  page.data = static_cast<char*>(kv.data) +
+              int64_t{pages.ids[i]} * pages.stride * dtype_size(kv.dtype);
+  page.shape[0] = std::min<int64_t>(pages.rows, t - first);
+  return page;
+}
 
 void* Backend::allocate(int64_t bytes) {
   TANDEM_CHECK(bytes >= 0, "negative size");

@@ -30,6 +30,29 @@ struct RopeTable {
   bool neox = true;  // rotate-half pairs (i, i + rotary_dim/2) as in HF; false: (2i, 2i+1)
 };
 
+// Bytes free and in all of one kind of memory.
+struct MemoryInfo {
+  int64_t free_bytes = 0;
+  int64_t total_bytes = 0;
+};
+
+// The host's memory: MemAvailable and MemTotal of /proc/meminfo (both 0 where unreadable).
+MemoryInfo host_memory_info();
+
+// Where the keys of a paged span live (Backend::attention_paged): key j of the span is row
+// j % rows of page ids[j / rows]; page p starts p * stride elements after page 0. Every page but
+// the last holds `rows` keys.
+struct KvPages {
+  const int32_t* ids = nullptr;  // host memory, `count` page ids
+  int64_t count = 0;
+  int32_t rows = 0;    // keys per page
+  int64_t stride = 0;  // elements from one page to the next (K and V alike)
+};
+
+// The [rows, Hkv, d] view of page i of a paged span of T keys, where kv views the span as if
+// it were contiguous from page 0 (the layout attention_paged takes).
+TensorView kv_page(const TensorView& kv, const KvPages& pages, size_t i);
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -68,6 +91,15 @@ class Backend {
   virtual void attention(const TensorView& q, const TensorView& k, const TensorView& v,
                          const TensorView& q_pos, int64_t k_pos0, float scale,
                          const AttnPartial& out) = 0;
+  // attention() over T keys held in pages of one pool (the device window of the hybrid store):
+  // k, v [T, Hkv, d] give the dtype, the shape and the strides within a page, and their data
+  // point at page 0 of the pool (not necessarily one of the span's pages); pages says which
+  // pages hold the keys, in order. One call for the whole span instead of one per page; the
+  // result equals attention() over the keys gathered into one contiguous span (up to the
+  // rounding of a different chunking of the online softmax).
+  virtual void attention_paged(const TensorView& q, const TensorView& k, const TensorView& v,
+                               const KvPages& pages, const TensorView& q_pos, int64_t k_pos0,
+                               float scale, const AttnPartial& out) = 0;
   // a <- merge(a, b) row by row with merge_partial_row (kernels/attn_partial.h).
   virtual void merge(const AttnPartial& a, const AttnPartial& b) = 0;
   // dst <- src, same shape, converting between f32/f16/bf16.
@@ -86,6 +118,8 @@ class Backend {
   // deallocate once no queued op uses it.
   virtual void* allocate(int64_t bytes);
   virtual void deallocate(void* p);
+  // Free and total bytes of the memory allocate() draws from (the host's on the CPU backend).
+  virtual MemoryInfo memory_info() const { return host_memory_info(); }
   // dst (backend memory) <- src (host memory): same dtype and element count, both contiguous.
   // Ordered after the ops queued before it and before those queued after; src may be reused as
   // soon as the call returns.

@@ -27,6 +27,19 @@ void DenseKv::attend(Backend& backend, int32_t layer, const TensorView& q, const
                     out);
 }
 
+void DenseKv::import_kv(Backend& backend, int32_t layer, const float* k, const float* v,
+                        int32_t n) {
+  TANDEM_REQUIRE(n >= 0 && length_ + n <= capacity_, kInvalidArgument, "importing ", n,
+                 " tokens into a sequence of ", length_, " exceeds its KV capacity of ", capacity_);
+  TANDEM_CHECK(layer >= 0 && layer < shape_.n_layer, "layer ", layer);
+  if (n == 0) return;
+  const std::initializer_list<int64_t> dims = {n, shape_.n_head_kv, shape_.head_dim};
+  backend.upload(TensorView(const_cast<float*>(k), DType::kF32, dims),
+                 k_[static_cast<size_t>(layer)].view().slice(length_, length_ + n));
+  backend.upload(TensorView(const_cast<float*>(v), DType::kF32, dims),
+                 v_[static_cast<size_t>(layer)].view().slice(length_, length_ + n));
+}
+
 void DenseKv::advance(int32_t n) {
   TANDEM_CHECK(length_ + n <= capacity_, "advance past capacity");
   length_ += n;

@@ -206,11 +206,20 @@ void HybridKv::device_partial(Backend& be, Layer& l, const TensorView& q, const 
   const int32_t n_sink = std::min(length_, sinks_);
   if (n_sink > 0)
     add_span(be, q, dev_k(l.sink, n_sink), dev_v(l.sink, n_sink), q_pos, 0, out, first);
-  for (size_t i = 0; i < l.window.size(); ++i) {
-    const int32_t rows = i + 1 < l.window.size()
-                             ? cfg_.block
-                             : l.window_tokens - static_cast<int32_t>(i) * cfg_.block;
-    add_span(be, q, dev_k(l.window[i], rows), dev_v(l.window[i], rows), q_pos, 0, out, first);
+  if (!l.window.empty()) {
+    // The window's blocks in one paged call: block ids of the one-chunk device pool index pages
+    // of block_bytes from block 0.
+    page_ids_.assign(l.window.begin(), l.window.end());
+    const int64_t es = dtype_size(layout_.dtype);
+    TANDEM_CHECK(!device_.growable() && device_.block_bytes() % es == 0,
+                 "paged device window needs one fixed chunk of whole elements");
+    const KvPages pages{page_ids_.data(), static_cast<int64_t>(page_ids_.size()), cfg_.block,
+                        device_.block_bytes() / es};
+    AttnPartial part = first ? out : scratch(q.dim(0));
+    be.attention_paged(q, dev_k(0, l.window_tokens), dev_v(0, l.window_tokens), pages, q_pos, 0,
+                       shape_.scale, part);
+    if (!first) be.merge(out, part);
+    first = false;
   }
   add_span(be, q, k, v, q_pos, length_, out, first);  // the step's own tokens, causal
 }
@@ -540,6 +549,17 @@ void HybridKv::attend(Backend& be, int32_t layer, const TensorView& q, const Ten
   }
   store(l, kh, host_readable(be, v, v_stage_), n, decode);
   if (!decode && observe_) observe_prompt(l, qh, host_readable(be, out.lse, lse_stage_), n);
+}
+
+void HybridKv::import_kv(Backend& be, int32_t layer, const float* k, const float* v,
+                         int32_t n) {
+  TANDEM_REQUIRE(n >= 0 && length_ + n <= capacity_, kInvalidArgument, "importing ", n,
+                 " tokens into a sequence of ", length_, " exceeds its KV capacity of ", capacity_);
+  TANDEM_CHECK(layer >= 0 && layer < shape_.n_layer, "layer ", layer);
+  Layer& l = layers_[static_cast<size_t>(layer)];
+  TANDEM_CHECK(!l.ticket, "import with host work in flight");
+  (void)be;  // rows go through the host side of the blocks (uploaded from the mirror)
+  store(l, k, v, n, false);
 }
 
 void HybridKv::advance(int32_t n) {

@@ -57,6 +57,8 @@ class HybridKv final : public SequenceKv {
   void attend(Backend& backend, int32_t layer, const TensorView& q, const TensorView& k,
               const TensorView& v, const TensorView& q_pos, const AttnPartial& out) override;
   void advance(int32_t n) override;
+  void import_kv(Backend& backend, int32_t layer, const float* k, const float* v,
+                 int32_t n) override;
   void begin_step(bool decode, bool observe) override;
   bool wants_prefetch() const override;
   bool prefetch_oracle() const override;
@@ -145,6 +147,7 @@ class HybridKv final : public SequenceKv {
   BackendBuffer part_o_, part_lse_, span_k_, span_v_;
   std::vector<float> q_stage_, lse_stage_, k_stage_, v_stage_;
   std::vector<float> row_buf_;  // converted K/V rows
+  std::vector<int32_t> page_ids_;  // the device window's blocks, for attention_paged
   HostStats stats_;
 };
 

@@ -47,6 +47,7 @@ std::string KvConfig::describe() const {
   if (sparse == SparsePolicy::kHgca) os << "(beta=" << hgca_beta << ")";
   if (sparse == SparsePolicy::kTopk) os << "(k=" << topk_blocks << ")";
   os << " cpu-attn=" << mode_name(cpu_attn);
+  if (kv_dtype != DType::kF32) os << " kv-dtype=" << dtype_name(kv_dtype);
   return os.str();
 }
 

@@ -26,6 +26,14 @@ class SequenceKv {
                       const TensorView& v, const TensorView& q_pos, const AttnPartial& out) = 0;
   // After every layer of the step ran: the n new tokens become part of the sequence.
   virtual void advance(int32_t n) = 0;
+  // Stores n tokens' k and v for one layer without attending: KV computed elsewhere, or the
+  // synthetic context of a benchmark (`bench-decode --fill import`). k, v are host memory, f32
+  // [n, n_head_kv, head_dim], for positions length() .. length()+n-1; every layer imports the
+  // same n, then advance(n). Imported tokens carry no attention evidence: a hybrid store gives
+  // them MAW 0, so hgca selects none of them once they reach the host (full and topk do not read
+  // MAW).
+  virtual void import_kv(Backend& backend, int32_t layer, const float* k, const float* v,
+                         int32_t n) = 0;
 
   // What the next step is: prefill chunks are exact under every policy; `observe` marks the last
   // chunk of a prompt, whose queries seed the selection metadata of the prompt tokens.
@@ -54,6 +62,8 @@ class DenseKv final : public SequenceKv {
   void attend(Backend& backend, int32_t layer, const TensorView& q, const TensorView& k,
               const TensorView& v, const TensorView& q_pos, const AttnPartial& out) override;
   void advance(int32_t n) override;
+  void import_kv(Backend& backend, int32_t layer, const float* k, const float* v,
+                 int32_t n) override;
 
  private:
   KvShape shape_;

@@ -28,9 +28,14 @@ Shape shape_of(const std::string& name) {
                        {"original_max_position_embeddings", 8192}};
   if (name == "llama-3.2-1b") return {2048, 16, 32, 8, 8192, 128256, 131072, true, llama3, 500000};
   if (name == "llama-3-8b") return {4096, 32, 32, 8, 14336, 128256, 8192, false, json(), 500000};
+  if (name == "llama-3.1-8b") {  // Llama-3-8B's shape with the 128K context of Llama 3.1
+    json scaling = llama3;
+    scaling["factor"] = 8.0;
+    return {4096, 32, 32, 8, 14336, 128256, 131072, false, scaling, 500000};
+  }
   if (name == "tiny") return {128, 2, 4, 2, 256, 512, 4096, true, json(), 10000};
   TANDEM_FAIL(kInvalidArgument, "unknown model shape \"", name,
-              "\" (known: llama-3.2-1b, llama-3-8b, tiny)");
+              "\" (known: llama-3.2-1b, llama-3-8b, llama-3.1-8b, tiny)");
 }
 
 const char* st_dtype(DType t) {

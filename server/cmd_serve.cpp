@@ -109,6 +109,7 @@ EngineGauges gauges_of(const EngineMetrics& m) {
   g.step_other_seconds = m.step_other_seconds;
   g.step_other_cpu_seconds = m.step_other_cpu_seconds;
   g.cpu_attention_seconds = m.cpu_attention_busy_seconds;
+  g.cpu_attention_wait_seconds = m.cpu_attention_wait_seconds;
   g.kv_device_blocks_used = m.kv_device_blocks_used;
   g.kv_device_blocks_total = m.kv_device_blocks_total;
   g.kv_host_blocks_used = m.kv_host_blocks_used;

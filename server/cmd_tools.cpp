@@ -3,9 +3,12 @@
 // (random-weight checkpoints).
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <tuple>
+#include <utility>
 
 #include "kernels/cpu/membw.h"
 #include "kvstore/kv_store.h"
@@ -33,6 +36,76 @@ std::vector<int64_t> parse_list(const std::string& s) {
   return out;
 }
 
+// --batch: positive sizes, or "max" (returned as 0): the largest batch whose KV fits.
+std::vector<int64_t> parse_batches(const std::string& s) {
+  std::vector<int64_t> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    if (item == "max") {
+      out.push_back(0);
+      continue;
+    }
+    const std::vector<int64_t> one = parse_list(item);
+    out.insert(out.end(), one.begin(), one.end());
+  }
+  TANDEM_REQUIRE(!out.empty(), kInvalidArgument, "--batch is empty");
+  return out;
+}
+
+// KV bytes one sequence of `tokens` tokens holds in backend memory and in host memory under cfg
+// (a hybrid store on a backend the host cannot read also keeps a host mirror of its device
+// blocks).
+struct KvFootprint {
+  int64_t device = 0, host = 0;
+};
+
+KvFootprint kv_footprint(const KvShape& s, const KvConfig& cfg, int32_t tokens, bool mirrored) {
+  KvFootprint f;
+  if (cfg.dense) {
+    f.device = 2 * int64_t{s.n_layer} * tokens * s.n_head_kv * s.head_dim * 4;
+    return f;
+  }
+  const BlockLayout layout{cfg.block, s.n_head_kv, s.head_dim, cfg.kv_dtype};
+  f.device = HybridKv::device_blocks_for(cfg, s.n_layer, tokens) * layout.dev_bytes();
+  const int32_t sinks = cfg.window == 0 ? 0 : std::min(cfg.sinks, cfg.block);
+  const int64_t host_tokens = std::max<int64_t>(0, tokens - sinks - cfg.window);
+  f.host = (host_tokens + cfg.block - 1) / cfg.block * s.n_layer * layout.host_bytes();
+  if (mirrored) f.host += f.device;
+  return f;
+}
+
+constexpr int64_t kMaxBatchCap = 1024;  // --batch max stops here (then "batch_limit": "cap")
+
+// The largest batch whose KV fits beside what is allocated now, keeping `reserve` bytes free in
+// each memory (workspace growth, allocator slack), and what limits it ("device", "host",
+// "cap"); 0 when not even one sequence fits. On a host-accessible backend both tiers draw from
+// the one host memory ("host").
+std::pair<int64_t, std::string> max_batch(const Backend& backend, const KvFootprint& per_seq,
+                                          int64_t reserve) {
+  const MemoryInfo host = host_memory_info();
+  double fit = 0;
+  std::string limit = "host";
+  if (backend.host_accessible()) {
+    fit = static_cast<double>(host.free_bytes - reserve) /
+          static_cast<double>(std::max<int64_t>(1, per_seq.device + per_seq.host));
+  } else {
+    const MemoryInfo dev = backend.memory_info();
+    fit = static_cast<double>(dev.free_bytes - reserve) /
+          static_cast<double>(std::max<int64_t>(1, per_seq.device));
+    limit = "device";
+    const double host_fit = per_seq.host > 0 ? static_cast<double>(host.free_bytes - reserve) /
+                                                   static_cast<double>(per_seq.host)
+                                             : 1e18;
+    if (host_fit < fit) {
+      fit = host_fit;
+      limit = "host";
+    }
+  }
+  if (fit >= static_cast<double>(kMaxBatchCap)) return {kMaxBatchCap, "cap"};
+  return {std::max<int64_t>(0, static_cast<int64_t>(fit)), limit};
+}
+
 DType parse_dtype(const std::string& s) {
   if (s == "f32") return DType::kF32;
   if (s == "bf16") return DType::kBF16;
@@ -44,22 +117,38 @@ DType parse_dtype(const std::string& s) {
 
 int cmd_bench_decode(const std::vector<std::string>& args) {
   using Clock = std::chrono::steady_clock;
-  std::set<std::string> values = {"model",   "batch",    "prompt-len", "gen",
-                                  "threads", "bw-bytes", "depth",      "chunk"};
+  std::set<std::string> values = {"model", "batch",      "prompt-len", "gen",   "threads",
+                                  "bw-bytes", "depth",   "chunk",      "fill",  "window-frac",
+                                  "reserve-gib"};
   values.insert(kv_value_flags().begin(), kv_value_flags().end());
   const Flags f(args, values, kv_bool_flags());
   const ThreadLimit limit(f.integer("threads", 0, 0, 4096));
   // Without kv flags the cache is the dense one (the forward pass alone); any kv flag selects
   // the store those flags describe, as `serve` would build it.
-  bool any_kv = f.flag("dense");
+  bool any_kv = f.flag("dense") || f.has("window-frac");
   for (const auto& k : kv_value_flags()) any_kv = any_kv || (k != "device" && f.has(k));
   KvConfig kv_cfg = parse_kv_flags(f);
   if (!any_kv) kv_cfg.dense = true;
+  // --window-frac F: the device window of each depth is F x (depth + gen) tokens, rounded up to
+  // a block (F = 1: every token on the device, the all-on-device baseline of the hybrid store).
+  const double window_frac = f.number("window-frac", 0.0, 0.0, 1.0);
+  TANDEM_REQUIRE(!(f.has("window-frac") && (kv_cfg.dense || f.has("window"))), kInvalidArgument,
+                 "--window-frac sets the window of a hybrid store: not with --dense or --window");
+  // --fill prefill: the context is built by chunked prefill (the real path, quadratic in the
+  // depth); import: random K/V rows are stored directly (SequenceKv::import_kv), for the
+  // decode speed at depths whose prefill would take too long. Decode does the same work either
+  // way, except that hgca selects no imported host entry (they carry no MAW).
+  const std::string fill = f.str("fill", "prefill");
+  TANDEM_REQUIRE(fill == "prefill" || fill == "import", kInvalidArgument,
+                 "--fill must be prefill or import, got \"", fill, "\"");
+  const int64_t reserve =
+      static_cast<int64_t>(f.number("reserve-gib", 2.0, 0.0, 1e6) * double(int64_t{1} << 30));
   auto backend = make_backend(f);
   auto model = Model::load(f.required("model"), *backend);
   const ModelConfig& c = model->config();
+  const KvShape shape = model->kv_shape();
   // --depth: tokens already in the cache when decoding starts (llama-bench -d); each depth is
-  // filled by chunked prefill into fresh sequences. Without it, one depth: --prompt-len.
+  // filled into fresh sequences. Without it, one depth: --prompt-len.
   std::vector<int64_t> depths;
   if (f.has("depth")) {
     depths = parse_list(f.str("depth"));
@@ -72,41 +161,92 @@ int cmd_bench_decode(const std::vector<std::string>& args) {
   const int32_t gen = static_cast<int32_t>(
       f.integer("gen", 32, 2, c.max_context - static_cast<int32_t>(max_depth)));
   const int32_t chunk = static_cast<int32_t>(f.integer("chunk", 512, 1, 1 << 20));
-  const double bw = measure_read_bandwidth_gbs(
-      static_cast<size_t>(f.integer("bw-bytes", 1 << 30, 1 << 20, int64_t{1} << 36)),
-      limit.threads());
+  // The host read bandwidth is the limit of the CPU backend's decode; on a device it is not.
+  const bool on_host = backend->host_accessible();
+  const double bw = on_host ? measure_read_bandwidth_gbs(
+                                  static_cast<size_t>(f.integer("bw-bytes", 1 << 30, 1 << 20,
+                                                                int64_t{1} << 36)),
+                                  limit.threads())
+                            : 0.0;
   const double step_bytes = static_cast<double>(model->matmul_weight_bytes());
   const std::string policy = kv_cfg.dense ? "dense" : std::string(policy_name(kv_cfg.sparse));
 
-  for (int64_t batch : parse_list(f.str("batch", "1,8"))) {
+  // Random K/V rows for --fill import, reused for every chunk, layer and sequence.
+  const int64_t row = int64_t{shape.n_head_kv} * shape.head_dim;
+  std::vector<float> pool_k, pool_v;
+  if (fill == "import") {
+    pool_k.resize(static_cast<size_t>(chunk * row));
+    pool_v.resize(pool_k.size());
+    uint64_t x = 99;
+    auto normal = [&x] {  // sum of 4 uniforms, scaled to unit variance: roughly normal
+      float sum = 0;
+      for (int i = 0; i < 4; ++i) {
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        sum += static_cast<float>((x >> 40) & 0xFFFFFF) / 16777216.0f - 0.5f;
+      }
+      return sum * 1.7320508f;
+    };
+    for (float& e : pool_k) e = normal();
+    for (float& e : pool_v) e = normal();
+  }
+
+  for (int64_t batch_arg : parse_batches(f.str("batch", "1,8"))) {
     for (int64_t depth64 : depths) {
       const int32_t depth = static_cast<int32_t>(depth64);
       const int32_t cap = depth + gen + 1;
-      KvStore store(model->backend(), model->kv_shape(), kv_cfg, static_cast<int32_t>(batch), cap);
+      KvConfig cfg = kv_cfg;
+      if (window_frac > 0)
+        cfg.window = static_cast<int32_t>(
+            std::max<int64_t>(1, static_cast<int64_t>(std::ceil(window_frac * (depth + gen) /
+                                                                 cfg.block))) *
+            cfg.block);
+      cfg.validate();
+      const KvFootprint per_seq = kv_footprint(shape, cfg, cap, !on_host);
+      int64_t batch = batch_arg;
+      std::string batch_limit = "given";
+      if (batch == 0) {
+        std::tie(batch, batch_limit) = max_batch(*backend, per_seq, reserve);
+        TANDEM_REQUIRE(batch > 0, kOutOfMemory, "--batch max: not one sequence of ", cap,
+                       " tokens fits (", per_seq.device, " device and ", per_seq.host,
+                       " host KV bytes per sequence)");
+      }
+      KvStore store(model->backend(), shape, cfg, static_cast<int32_t>(batch), cap);
       std::vector<std::unique_ptr<SequenceKv>> kvs;
-      std::vector<std::vector<int32_t>> prompts(static_cast<size_t>(batch));
-      uint64_t x = 12345;
-      for (auto& p : prompts)
-        for (int32_t i = 0; i < depth; ++i) {
-          x = x * 6364136223846793005ull + 1442695040888963407ull;
-          p.push_back(static_cast<int32_t>((x >> 33) % static_cast<uint64_t>(c.vocab_size)));
-        }
       for (int64_t b = 0; b < batch; ++b) kvs.push_back(store.new_sequence(cap));
 
-      // Prefill: every sequence's next chunk in one step (batched matrix products).
       std::vector<StepSequence> step(static_cast<size_t>(batch));
       const auto t0 = Clock::now();
-      for (int32_t at = 0; at < depth; at += chunk) {
-        const int32_t n = std::min(chunk, depth - at);
-        for (int64_t b = 0; b < batch; ++b)
-          step[static_cast<size_t>(b)] = {
-              kvs[static_cast<size_t>(b)].get(),
-              std::span<const int32_t>(prompts[static_cast<size_t>(b)])
-                  .subspan(static_cast<size_t>(at), static_cast<size_t>(n)),
-              false, false, at + n == depth};
-        model->forward(step);
+      if (fill == "import") {
+        for (auto& kv : kvs) {
+          for (int32_t at = 0; at < depth; at += chunk) {
+            const int32_t n = std::min(chunk, depth - at);
+            for (int32_t l = 0; l < shape.n_layer; ++l)
+              kv->import_kv(*backend, l, pool_k.data(), pool_v.data(), n);
+            kv->advance(n);
+          }
+        }
+      } else {
+        // Prefill: every sequence's next chunk in one step (batched matrix products).
+        std::vector<std::vector<int32_t>> prompts(static_cast<size_t>(batch));
+        uint64_t x = 12345;
+        for (auto& p : prompts)
+          for (int32_t i = 0; i < depth; ++i) {
+            x = x * 6364136223846793005ull + 1442695040888963407ull;
+            p.push_back(static_cast<int32_t>((x >> 33) % static_cast<uint64_t>(c.vocab_size)));
+          }
+        for (int32_t at = 0; at < depth; at += chunk) {
+          const int32_t n = std::min(chunk, depth - at);
+          for (int64_t b = 0; b < batch; ++b)
+            step[static_cast<size_t>(b)] = {
+                kvs[static_cast<size_t>(b)].get(),
+                std::span<const int32_t>(prompts[static_cast<size_t>(b)])
+                    .subspan(static_cast<size_t>(at), static_cast<size_t>(n)),
+                false, false, at + n == depth};
+          model->forward(step);
+        }
       }
-      const double prefill_s = std::chrono::duration<double>(Clock::now() - t0).count();
+      backend->synchronize();
+      const double fill_s = std::chrono::duration<double>(Clock::now() - t0).count();
 
       // Decode: gen steps of one token per sequence (token ids fixed: speed does not depend on
       // them), the first one a warm-up.
@@ -115,7 +255,9 @@ int cmd_bench_decode(const std::vector<std::string>& args) {
         step[static_cast<size_t>(b)] = {kvs[static_cast<size_t>(b)].get(),
                                         std::span<const int32_t>(&next[static_cast<size_t>(b)], 1),
                                         false, true, false};
-      model->forward(step);        // warm-up step, not timed
+      model->forward(step);  // warm-up step, not timed
+      HostAttention* ha = store.host_attention();
+      const double wait0 = ha ? ha->wait_seconds() : 0.0, busy0 = ha ? ha->busy_seconds() : 0.0;
       std::vector<double> step_s;  // each step's time: the median shrugs off preempted steps
       const auto t1 = Clock::now();
       for (int32_t g = 1; g < gen; ++g) {
@@ -125,6 +267,8 @@ int cmd_bench_decode(const std::vector<std::string>& args) {
       }
       const double decode_s = std::chrono::duration<double>(Clock::now() - t1).count();
       const double steps = gen - 1;
+      const double wait_ms = ha ? (ha->wait_seconds() - wait0) / steps * 1e3 : 0.0;
+      const double busy_ms = ha ? (ha->busy_seconds() - busy0) / steps * 1e3 : 0.0;
       const double ms_step = decode_s / steps * 1e3;
       std::sort(step_s.begin(), step_s.end());
       const size_t mid = step_s.size() / 2;
@@ -141,22 +285,35 @@ int cmd_bench_decode(const std::vector<std::string>& args) {
         host.host_entries += st.host_entries;
         host.attended += st.attended;
       }
-      const nlohmann::json j = {
+      nlohmann::json j = {
           {"model", model->dir().filename().string()},
+          {"device", std::string(backend->name())},
           {"weights_dtype", std::string(dtype_name(model->weight_dtype()))},
           {"params", c.n_params()},
           {"threads", limit.threads()},
           {"batch", batch},
+          {"batch_is_max", batch_arg == 0},
+          {"batch_limit", batch_limit},  // given, or what --batch max hit: device, host, cap
           {"depth", depth},
           {"prompt_len", depth},
-          {"kv", kv_cfg.dense ? std::string("dense") : kv_cfg.describe()},
+          {"fill", fill},
+          {"kv", cfg.dense ? std::string("dense") : cfg.describe()},
           {"policy", policy},
-          {"prefill_tokens_per_s", depth > 0 ? batch * depth / prefill_s : 0.0},
+          {"window", cfg.dense ? 0 : cfg.window},
+          {"window_frac", window_frac},
+          {"cpu_attn", std::string(cfg.dense ? "none" : mode_name(cfg.cpu_attn))},
+          {"kv_dtype", std::string(dtype_name(cfg.dense ? DType::kF32 : cfg.kv_dtype))},
+          {"device_kv_bytes_per_seq", per_seq.device},
+          {"host_kv_bytes_per_seq", per_seq.host},
+          {"fill_s", fill_s},
+          {"prefill_tokens_per_s", fill == "prefill" && depth > 0 ? batch * depth / fill_s : 0.0},
           {"decode_steps", steps},
           {"decode_tokens_per_s", batch * steps / decode_s},
           {"ms_per_step", ms_step},
           {"ms_per_step_median", ms_median},
           {"decode_tokens_per_s_median", batch / (ms_median * 1e-3)},
+          {"host_wait_ms_per_step", wait_ms},
+          {"cpu_attn_busy_ms_per_step", busy_ms},
           {"host_fraction_attended",
            host.host_entries > 0
                ? static_cast<double>(host.attended) / static_cast<double>(host.host_entries)
@@ -164,9 +321,11 @@ int cmd_bench_decode(const std::vector<std::string>& args) {
           {"weight_bytes_per_step", step_bytes},
           {"weight_bytes_per_token", step_bytes / static_cast<double>(batch)},
           {"weight_read_gbs", step_bytes / (ms_step * 1e-3) / 1e9},
-          {"measured_read_bw_gbs", bw},
-          {"fraction_of_bw", step_bytes / (ms_step * 1e-3) / 1e9 / bw},
           {"load_avg_1m", load}};
+      if (on_host) {
+        j["measured_read_bw_gbs"] = bw;
+        j["fraction_of_bw"] = step_bytes / (ms_step * 1e-3) / 1e9 / bw;
+      }
       std::printf("%s\n", j.dump().c_str());
       std::fflush(stdout);
     }

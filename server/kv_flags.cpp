@@ -9,7 +9,7 @@ namespace tandem {
 const std::set<std::string>& kv_value_flags() {
   static const std::set<std::string> s = {"sinks",     "window",      "block",    "sparse",
                                           "hgca-beta", "topk-blocks", "cpu-attn", "cpu-threads",
-                                          "device",    "maw-alpha"};
+                                          "device",    "maw-alpha",   "kv-dtype"};
   return s;
 }
 
@@ -46,6 +46,15 @@ KvConfig parse_kv_flags(const Flags& f) {
     TANDEM_FAIL(kInvalidArgument, "--cpu-attn must be parallel or ahead, got \"", mode, "\"");
   c.cpu_threads = static_cast<int32_t>(f.integer("cpu-threads", 0, 0, 4096));
   c.maw_alpha = static_cast<float>(f.number("maw-alpha", c.maw_alpha, 1e-6, 1.0));
+  const std::string kv_dtype = f.str("kv-dtype", "f32");
+  if (kv_dtype == "f32")
+    c.kv_dtype = DType::kF32;
+  else if (kv_dtype == "bf16")
+    c.kv_dtype = DType::kBF16;
+  else if (kv_dtype == "f16")
+    c.kv_dtype = DType::kF16;
+  else
+    TANDEM_FAIL(kInvalidArgument, "--kv-dtype must be f32, bf16 or f16, got \"", kv_dtype, "\"");
   c.validate();
   return c;
 }

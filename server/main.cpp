@@ -30,7 +30,9 @@ void usage(FILE* to = stderr) {
       "                [--top-k K] [--min-p P] [--repetition-penalty R] [--seed S] [--threads N]\n"
       "  serve         --model DIR [--host H] [--port P] [--config FILE] [--api-key K] [kv flags]\n"
       "  perplexity    --model DIR --file TEXT [--ctx N] [--prefill N] [kv flags]\n"
-      "  bench-decode  --model DIR [--batch 1,8] [--prompt-len N] [--gen N] [--threads N]\n"
+      "  bench-decode  --model DIR [--batch 1,8,max] [--depth N,N|--prompt-len N] [--gen N]\n"
+      "                [--fill prefill|import] [--window-frac F] [--reserve-gib G] [--threads N]\n"
+      "                [kv flags]  decode tokens/s by batch and depth (JSON)\n"
       "  make-model    --shape NAME --dtype f32|bf16|f16 --out DIR (random weights, for "
       "benchmarks)\n"
       "  bench         --base-url URL [--endpoint /v1/completions] [--num-prompts N]\n"
@@ -39,7 +41,7 @@ void usage(FILE* to = stderr) {
       "  bench-cpu-attn [flags]  host attention bytes/s against memory bandwidth (JSON)\n"
       "  bench-kernels [--iters N] [--reps N]  CUDA merge/attention GB/s vs copy bandwidth (JSON)\n"
       "kv flags: --dense | --sinks N --window N --block N --sparse full|hgca|topk --hgca-beta B\n"
-      "          --topk-blocks K --cpu-attn parallel|ahead --cpu-threads N\n"
+      "          --topk-blocks K --cpu-attn parallel|ahead --cpu-threads N --kv-dtype f32|bf16|f16\n"
       "          --device cpu|cuda|auto (auto: cuda when a GPU is visible and built in)\n",
       to);
 }

@@ -160,6 +160,10 @@ std::string ServerMetrics::render(const EngineGauges& g) const {
          g.step_other_cpu_seconds);
   metric(out, "tandem_cpu_attention_seconds_total", "counter",
          "Host (CPU) attention busy time, thread-seconds.", g.cpu_attention_seconds);
+  metric(out, "tandem_cpu_attention_wait_seconds_total", "counter",
+         "Time the forward pass waited for host attention partials before merging them (the "
+         "device side held by the CPU side).",
+         g.cpu_attention_wait_seconds);
   metric(out, "tandem_kv_device_blocks_used", "gauge", "Device KV blocks in use.",
          static_cast<double>(g.kv_device_blocks_used));
   metric(out, "tandem_kv_device_blocks_total", "gauge", "Device KV blocks in the pool.",

@@ -38,6 +38,7 @@ struct EngineGauges {
   int64_t finished_stop = 0, finished_length = 0, finished_cancelled = 0, finished_error = 0;
   int64_t preemptions = 0;
   double forward_seconds = 0, step_other_seconds = 0, cpu_attention_seconds = 0;
+  double cpu_attention_wait_seconds = 0;
   double step_other_cpu_seconds = 0;
   int64_t kv_device_blocks_used = 0, kv_device_blocks_total = 0;
   int64_t kv_host_blocks_used = 0, kv_host_blocks_total = 0;

@@ -502,6 +502,79 @@ TEST_CASE("attention matches float64: KV dtypes, GQA, causal, invisible queries"
     }
 }
 
+TEST_CASE("attention_paged equals attention over the gathered keys", "[cpu][attention][paged]") {
+  auto be = cpu();
+  struct PagedCase {
+    int64_t n, hq, hkv, d, rows, pad, last;  // pages of `rows` keys, `pad` rows between pages
+    std::vector<int32_t> ids;
+    int64_t k_pos0;
+  };
+  const std::vector<PagedCase> cases = {
+      {1, 8, 2, 64, 16, 3, 16, {5, 2, 7, 0}, 0},         // decode, pages smaller than a key block
+      {1, 4, 4, 128, 64, 0, 10, {1, 0, 3, 2, 4, 9, 8, 7, 6, 5, 11, 10, 12, 13, 14, 15, 16, 17, 19,
+                                  18},
+       0},                                             // decode over 1226 keys: the key split
+      {5, 8, 2, 32, 100, 7, 33, {3, 1, 2}, 200},      // prefill chunk, causal, partly visible
+      {2, 4, 1, 48, 40, 0, 40, {0}, 0},               // one page
+  };
+  uint32_t seed = 900;
+  for (DType kv : kFloatTypes)
+    for (const PagedCase& c : cases) {
+      const int64_t count = static_cast<int64_t>(c.ids.size());
+      const int64_t t_keys = (count - 1) * c.rows + c.last;
+      const int64_t pool_pages = *std::max_element(c.ids.begin(), c.ids.end()) + 2;
+      const int64_t page = c.rows + c.pad, row = c.hkv * c.d;
+      INFO("kv " << dtype_name(kv) << " n=" << c.n << " T=" << t_keys << " rows=" << c.rows);
+      const Tensor q = random_tensor(DType::kF32, {c.n, c.hq, c.d}, seed++);
+      const Tensor kp = random_tensor(kv, {pool_pages * page, c.hkv, c.d}, seed++, 2.0f);
+      const Tensor vp = random_tensor(kv, {pool_pages * page, c.hkv, c.d}, seed++);
+      // The span gathered into contiguous keys (values and, for the CPU op, the stored bits).
+      Buffer kg(kv, {t_keys, c.hkv, c.d}), vg(kv, {t_keys, c.hkv, c.d});
+      std::vector<float> kval, vval;
+      const int64_t es = dtype_size(kv);
+      for (int64_t j = 0; j < t_keys; ++j) {
+        const int64_t src = c.ids[static_cast<size_t>(j / c.rows)] * page + j % c.rows;
+        std::memcpy(static_cast<char*>(kg.view().data) + j * row * es,
+                    static_cast<const char*>(kp.view().data) + src * row * es,
+                    static_cast<size_t>(row * es));
+        std::memcpy(static_cast<char*>(vg.view().data) + j * row * es,
+                    static_cast<const char*>(vp.view().data) + src * row * es,
+                    static_cast<size_t>(row * es));
+        kval.insert(kval.end(), kp.val.begin() + src * row, kp.val.begin() + (src + 1) * row);
+        vval.insert(vval.end(), vp.val.begin() + src * row, vp.val.begin() + (src + 1) * row);
+      }
+      std::vector<int32_t> q_pos;
+      for (int64_t i = 0; i < c.n; ++i)
+        q_pos.push_back(static_cast<int32_t>(c.k_pos0 + t_keys - c.n + i));
+      if (c.n > 2) q_pos[0] = static_cast<int32_t>(c.k_pos0 + 5);  // sees 6 keys only
+      const float scale = 1.0f / std::sqrt(static_cast<float>(c.d));
+      const KvPages pages{c.ids.data(), count, static_cast<int32_t>(c.rows), page * row};
+      AttnOut got{Buffer(DType::kF32, {c.n, c.hq, c.d}), Buffer(DType::kF32, {c.n, c.hq})};
+      std::fill(got.o.as<float>(), got.o.as<float>() + c.n * c.hq * c.d, std::nanf(""));
+      const Buffer pb = i32_buffer(q_pos);
+      const TensorView kview(kp.view().data, kv, {t_keys, c.hkv, c.d});
+      const TensorView vview(vp.view().data, kv, {t_keys, c.hkv, c.d});
+      be->attention_paged(q.view(), kview, vview, pages, pb.view(), c.k_pos0, scale,
+                          got.partial());
+      const RefAttn ref =
+          ref_attention(q.val, kval, vval, q_pos, c.k_pos0, scale, c.n, c.hq, c.hkv, t_keys, c.d);
+      CHECK(norm_err(got.o.as<float>(), ref.o) < kTol);
+      check_lse(got.lse.as<float>(), ref.lse);
+      // One page: the keys are cut into blocks as in the contiguous span, so the same bits.
+      if (count == 1) {
+        const AttnOut want =
+            run_attention(*be, q, kg.view(), vg.view(), q_pos, c.k_pos0, scale, c.n, c.hq, c.d);
+        CHECK(std::memcmp(got.o.as<float>(), want.o.as<float>(),
+                          static_cast<size_t>(c.n * c.hq * c.d) * sizeof(float)) == 0);
+      }
+      // A page list that does not cover the span is refused.
+      const KvPages short_pages{c.ids.data(), count - 1, static_cast<int32_t>(c.rows), page * row};
+      CHECK_THROWS_AS(be->attention_paged(q.view(), kview, vview, short_pages, pb.view(),
+                                          c.k_pos0, scale, got.partial()),
+                      Error);
+    }
+}
+
 TEST_CASE("attention over two halves merged equals attention over all keys", "[cpu][merge]") {
   auto be = cpu();
   for (DType kv : kFloatTypes)

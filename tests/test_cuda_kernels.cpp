@@ -491,6 +491,49 @@ TEST_CASE("cuda: attention decode with split-K, GQA, KV dtypes, invisible querie
   run_attention({2, 4, 1, 64, 600, 100, {50, 99}, DType::kF16, DType::kF16}, seed += 3);
 }
 
+TEST_CASE("cuda: attention_paged over pages of a pool, as the hybrid window uses it",
+          "[gpu][attention][paged]") {
+  uint32_t seed = 7000;
+  struct PagedCase {
+    int64_t n, hq, hkv, d, rows, pad, last;
+    std::vector<int32_t> ids;
+  };
+  const std::vector<PagedCase> cases = {
+      {1, 32, 8, 128, 64, 0, 64, {9, 3, 4, 0, 1, 2, 5, 6, 7, 8, 10, 11, 12, 13, 14, 15}},
+      {1, 8, 2, 64, 16, 5, 7, {2, 0, 3}},
+      {3, 4, 4, 128, 64, 0, 20, {1, 0}},
+      {1, 28, 4, 128, 64, 3, 64, std::vector<int32_t>(40, 0)},  // 40 pages, every one page 0
+  };
+  for (DType t : {DType::kF32, DType::kF16, DType::kBF16})
+    for (const PagedCase& c : cases) {
+      const int64_t count = static_cast<int64_t>(c.ids.size());
+      const int64_t t_keys = (count - 1) * c.rows + c.last;
+      const int64_t page = c.rows + c.pad, row = c.hkv * c.d;
+      const int64_t pool_rows = (*std::max_element(c.ids.begin(), c.ids.end()) + 1) * page;
+      INFO("kv " << dtype_name(t) << " n=" << c.n << " T=" << t_keys << " rows=" << c.rows);
+      const Buffer q = random_buffer(DType::kF32, {c.n, c.hq, c.d}, seed++);
+      const Buffer k = random_buffer(t, {pool_rows, c.hkv, c.d}, seed++);
+      const Buffer v = random_buffer(t, {pool_rows, c.hkv, c.d}, seed++);
+      std::vector<int32_t> q_pos;
+      for (int64_t i = 0; i < c.n; ++i) q_pos.push_back(static_cast<int32_t>(t_keys - c.n + i));
+      const Buffer pos = i32_buffer(q_pos);
+      const float scale = 1.0f / std::sqrt(static_cast<float>(c.d));
+      const KvPages pages{c.ids.data(), count, static_cast<int32_t>(c.rows), page * row};
+      Buffer ro(DType::kF32, {c.n, c.hq, c.d}), rl(DType::kF32, {c.n, c.hq});
+      cpu().attention_paged(q.view(), TensorView(k.view().data, t, {t_keys, c.hkv, c.d}),
+                            TensorView(v.view().data, t, {t_keys, c.hkv, c.d}), pages, pos.view(),
+                            0, scale, {ro.view(), rl.view()});
+      const DeviceBuffer dq = up(q), dk = up(k), dv = up(v), dp = up(pos);
+      const DeviceBuffer dox = poisoned_like(ro), dl = poisoned_like(rl);
+      TensorView kview = dk.view(), vview = dv.view();
+      kview.shape[0] = vview.shape[0] = t_keys;
+      gpu().attention_paged(dq.view(), kview, vview, pages, dp.view(), 0, scale,
+                            {dox.view(), dl.view()});
+      CHECK(rel_err(down(dox.view()), values(ro)) < kTol32);
+      check_lse(down(dl.view()), values(rl), kTol32);
+    }
+}
+
 TEST_CASE("cuda: attention prefill (n > 1, causal within the chunk)", "[gpu][attention]") {
   uint32_t seed = 200;
   for (DType t : {DType::kF32, DType::kBF16}) {

@@ -135,6 +135,18 @@ class FakeDevice final : public Backend {
     const Open open(*this);
     cpu_->attention(q, k, v, q_pos, k_pos0, scale, out);
   }
+  void attention_paged(const TensorView& q, const TensorView& k, const TensorView& v,
+                       const KvPages& pages, const TensorView& q_pos, int64_t k_pos0, float scale,
+                       const AttnPartial& out) override {
+    on_device({&q, &q_pos, &out.o, &out.lse}, "attention_paged");
+    for (size_t i = 0; i < static_cast<size_t>(pages.count); ++i) {
+      on_device(kv_page(k, pages, i), "attention_paged K page");
+      on_device(kv_page(v, pages, i), "attention_paged V page");
+    }
+    ++paged_calls_;
+    const Open open(*this);
+    cpu_->attention_paged(q, k, v, pages, q_pos, k_pos0, scale, out);
+  }
   void merge(const AttnPartial& a, const AttnPartial& b) override {
     on_device({&a.o, &a.lse, &b.o, &b.lse}, "merge");
     const Open open(*this);
@@ -151,6 +163,7 @@ class FakeDevice final : public Backend {
   float peek(const TensorView& t) const { return *t.as<const float>(); }
   int64_t uploads() const { return uploads_; }
   int64_t downloads() const { return downloads_; }
+  int64_t paged_calls() const { return paged_calls_; }
 
  private:
   static constexpr size_t kArenaBytes = size_t{1} << 30;  // reserved address space
@@ -209,7 +222,7 @@ class FakeDevice final : public Backend {
   char* arena_ = nullptr;
   size_t used_ = 0;
   std::map<void*, int64_t> allocs_;
-  int64_t uploads_ = 0, downloads_ = 0;
+  int64_t uploads_ = 0, downloads_ = 0, paged_calls_ = 0;
 };
 
 using Rows = LogitRows;
@@ -315,10 +328,12 @@ TEST_CASE("forward on the fake device equals the CPU backend bit for bit", "[pla
                        12});
       for (const Case& c : cases) {
         DYNAMIC_SECTION(name << " " << c.label) {
-          const int64_t downloads = dev.downloads();
+          const int64_t downloads = dev.downloads(), paged = dev.paged_calls();
           const Rows want = run_sequence(*on_cpu, c.cfg, ref.prompt, ref.decode, c.chunk);
           const Rows got = run_sequence(*on_dev, c.cfg, ref.prompt, ref.decode, c.chunk);
           CHECK(dev.downloads() > downloads);  // at least the logits
+          // The device window is attended by one paged call per layer.
+          CHECK((dev.paged_calls() > paged) == (!c.cfg.dense && c.cfg.window > 0));
           CHECK(bit_equal(got, want));
         }
       }

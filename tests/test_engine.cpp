@@ -224,6 +224,7 @@ TEST_CASE("concurrent greedy requests equal each one run alone, in far fewer ste
       if (!dense) {
         CHECK(m.kv_device_blocks_total > 0);
         CHECK(m.cpu_attention_busy_seconds > 0);  // the long prompt's decodes reach the host
+        CHECK(m.cpu_attention_wait_seconds > 0);  // and their merges waited for it
       }
     }
   }

@@ -247,3 +247,57 @@ TEST_CASE("ahead mode keeps its own copy of the predicted query", "[hybrid][ahea
   }
   CHECK(rel_error(outs[1].as<float>(), outs[0].as<float>(), 32) == 0.0);
 }
+
+TEST_CASE("imported KV attends like the same KV stored by a prefill", "[hybrid][import]") {
+  auto backend = make_cpu_backend();
+  const KvShape shape{2, 4, 2, 8, 1.0f / std::sqrt(8.0f)};
+  std::mt19937 rng(11);
+  std::normal_distribution<float> nd;
+  auto random = [&](std::initializer_list<int64_t> dims) {
+    Buffer b(DType::kF32, dims);
+    for (int64_t i = 0; i < b.view().numel(); ++i) b.as<float>()[i] = nd(rng);
+    return b;
+  };
+  const int32_t n = 37;  // sinks, a partial window block and several host blocks
+  Buffer q = random({n, 4, 8}), k = random({n, 2, 8}), v = random({n, 2, 8});
+  Buffer pos(DType::kI32, {n + 1});
+  for (int32_t i = 0; i <= n; ++i) pos.as<int32_t>()[i] = i;
+  const Buffer qd = random({1, 4, 8}), kd = random({1, 2, 8}), vd = random({1, 2, 8});
+  auto decode = [&](SequenceKv& kv) {
+    Buffer o(DType::kF32, {2, 4, 8}), lse(DType::kF32, {2, 4});
+    kv.begin_step(true, false);
+    for (int32_t l = 0; l < 2; ++l)
+      kv.attend(*backend, l, qd.view(), kd.view(), vd.view(), pos.view().slice(n, n + 1),
+                AttnPartial{o.view().slice(l, l + 1), lse.view().slice(l, l + 1)});
+    kv.advance(1);
+    return o;
+  };
+  for (int32_t window : {0, 8, 12}) {
+    CAPTURE(window);
+    KvConfig cfg = small_hybrid(window, SparsePolicy::kFull, CpuAttnMode::kParallel);
+    KvStore store(*backend, shape, cfg, 3, 64);
+    auto prefilled = store.new_sequence(64);
+    Buffer o(DType::kF32, {n, 4, 8}), lse(DType::kF32, {n, 4});
+    prefilled->begin_step(false, true);
+    for (int32_t l = 0; l < 2; ++l)
+      prefilled->attend(*backend, l, q.view(), k.view(), v.view(), pos.view().slice(0, n),
+                        AttnPartial{o.view(), lse.view()});
+    prefilled->advance(n);
+    auto imported = store.new_sequence(64);
+    for (int32_t l = 0; l < 2; ++l) imported->import_kv(*backend, l, k.as<float>(), v.as<float>(), n);
+    imported->advance(n);
+    CHECK(dynamic_cast<HybridKv&>(*imported).host_blocks() ==
+          dynamic_cast<HybridKv&>(*prefilled).host_blocks());
+    DenseKv dense(*backend, shape, 64);
+    for (int32_t l = 0; l < 2; ++l) dense.import_kv(*backend, l, k.as<float>(), v.as<float>(), n);
+    dense.advance(n);
+
+    const Buffer a = decode(*prefilled), b = decode(*imported), c = decode(dense);
+    CHECK(rel_error(b.as<float>(), a.as<float>(), 64) == 0.0);  // full reads no MAW
+    CHECK(rel_error(b.as<float>(), c.as<float>(), 64) < 1e-5);
+    // Past the capacity: an error, and the sequence is unchanged.
+    CHECK_THROWS_AS(imported->import_kv(*backend, 0, k.as<float>(), v.as<float>(), 64), Error);
+    CHECK_THROWS_AS(dense.import_kv(*backend, 0, k.as<float>(), v.as<float>(), 64), Error);
+    CHECK(imported->length() == n + 1);
+  }
+}

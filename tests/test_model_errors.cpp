@@ -158,3 +158,28 @@ TEST_CASE("tandem CMD --help prints the usage and exits 0", "[cli]") {
     CHECK_THAT(m.read("stdout.txt"), Catch::StartsWith("usage: tandem <command>"));
   }
 }
+
+TEST_CASE("--kv-dtype picks the stored KV type; a bad value is a one-line error", "[cli]") {
+  ScratchModel m("llama-tiny");  // only for a scratch folder
+  const std::string model = test::repo_path("../shared/models/tinystories-656k").string();
+  for (const char* dt : {"bf16", "f16", "q4"}) {
+    CAPTURE(dt);
+    const fs::path out = m.dir / "stdout.txt", err = m.dir / "stderr.txt";
+    const std::string cmd = std::string(TANDEM_TANDEM_BIN) + " run --device cpu --model " + model +
+                            " --prompt 'Once upon a time there was a little girl named Lily. She liked to "
+                            "play in the park with her friends every day.' --max-tokens 8" +
+                            " --temperature 0 --window 16 --block 16 --sparse full --kv-dtype " + dt + " > " +
+                            out.string() + " 2> " + err.string();
+    const int status = std::system(cmd.c_str());
+    REQUIRE(WIFEXITED(status));
+    if (std::string(dt) == "q4") {
+      CHECK(WEXITSTATUS(status) == 1);
+      const std::string e = m.read("stderr.txt");
+      CHECK_THAT(e, Catch::StartsWith("tandem: error: ") && Catch::Contains("--kv-dtype"));
+      CHECK(std::count(e.begin(), e.end(), '\n') == 1);
+    } else {
+      CHECK(WEXITSTATUS(status) == 0);
+      CHECK(!m.read("stdout.txt").empty());
+    }
+  }
+}

@@ -1,5 +1,6 @@
 // CpuBackend::attention: n queries over one contiguous span of T keys, returning the partial
-// (o, lse) of kernels/attn_partial.h.
+// (o, lse) of kernels/attn_partial.h; attention_paged: the same over keys held in pages of a pool
+// (key j at row j % rows of page ids[j / rows]), key blocks cut at page boundaries.
 //   q f32 [n, Hq, d]; k, v f32/f16/bf16 [T, Hkv, d]; key j (position k_pos0 + j) is visible to
 //   query i iff k_pos0 + j <= q_pos[i]. GQA: query head h reads kv head h / (Hq / Hkv).
 // One task per (query row, kv head) computes the Hq/Hkv query heads that share the kv head, so
@@ -12,6 +13,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 #include "kernels/cpu/cpu_backend.h"
@@ -70,6 +72,20 @@ struct AttnArgs {
   int64_t k_s0, k_s1, v_s0, v_s1;  // strides in elements
   int64_t d, rep;
   float scale;
+  // Paged keys (nullptr: one contiguous span): key j is row j % page_rows of page
+  // pages[j / page_rows], page_stride elements per page.
+  const int32_t* pages = nullptr;
+  int64_t page_rows = 0, page_stride = 0;
+
+  // Element offset of key j's row from the span's base (before the head offset).
+  int64_t k_off(int64_t j) const { return row_off(j, k_s0); }
+  int64_t v_off(int64_t j) const { return row_off(j, v_s0); }
+  int64_t row_off(int64_t j, int64_t s0) const {
+    if (pages == nullptr) return j * s0;
+    return int64_t{pages[j / page_rows]} * page_stride + (j % page_rows) * s0;
+  }
+  // Keys from j on that are contiguous rows (to the end of j's page).
+  int64_t run(int64_t j) const { return pages == nullptr ? std::numeric_limits<int64_t>::max() : page_rows - j % page_rows; }
 };
 
 // Partial attention of query row i, query heads [g * rep, (g + 1) * rep), over keys [j0, j1) of
@@ -97,14 +113,16 @@ void attend(const AttnArgs& a, int64_t i, int64_t g, int64_t j0, int64_t j1, flo
   const TV* vbase = reinterpret_cast<const TV*>(a.v) + g * a.v_s1;
   const int64_t k_row_bytes = d * static_cast<int64_t>(sizeof(TK));
   const int64_t v_row_bytes = d * static_cast<int64_t>(sizeof(TV));
-  for (int64_t j = j0; j < std::min(j1, j0 + 4); ++j) prefetch_row(kbase + j * a.k_s0, k_row_bytes);
-  for (int64_t jb = j0; jb < j1; jb += kKeyBlock) {
-    const int64_t nb = std::min(kKeyBlock, j1 - jb);
+  for (int64_t j = j0; j < std::min(j1, j0 + 4); ++j) prefetch_row(kbase + a.k_off(j), k_row_bytes);
+  for (int64_t jb = j0, nb = 0; jb < j1; jb += nb) {
+    nb = std::min({kKeyBlock, j1 - jb, a.run(jb)});  // rows jb .. jb + nb are contiguous
+    const TK* kblk = kbase + a.k_off(jb);
+    const TV* vblk = vbase + a.v_off(jb);
     for (int64_t jj = 0; jj < nb; ++jj) {
       // Key rows 4 ahead; this block's value rows, used after its softmax.
-      if (jb + jj + 4 < j1) prefetch_row(kbase + (jb + jj + 4) * a.k_s0, k_row_bytes);
-      prefetch_row(vbase + (jb + jj) * a.v_s0, v_row_bytes);
-      cpu::convert_to_f32<EK>(kbase + (jb + jj) * a.k_s0, kf, d);
+      if (jb + jj + 4 < j1) prefetch_row(kbase + a.k_off(jb + jj + 4), k_row_bytes);
+      prefetch_row(vblk + jj * a.v_s0, v_row_bytes);
+      cpu::convert_to_f32<EK>(kblk + jj * a.k_s0, kf, d);
       for (int64_t r = 0; r < rep; ++r)
         sc[r * kKeyBlock + jj] = a.scale * cpu::dot_f32(q0 + r * a.q_s1, kf, d);
     }
@@ -140,11 +158,8 @@ void attend(const AttnArgs& a, int64_t i, int64_t g, int64_t j0, int64_t j1, flo
     // o[r] += sum_jj p[r][jj] * v[jj], G query heads at a time so the sums stay in registers.
     int64_t r = 0;
     for (; r + 4 <= rep; r += 4)
-      accumulate_v<EV, 4>(vbase + jb * a.v_s0, a.v_s0, nb, sc + r * kKeyBlock, o + r * o_hs, o_hs,
-                          d);
-    for (; r < rep; ++r)
-      accumulate_v<EV, 1>(vbase + jb * a.v_s0, a.v_s0, nb, sc + r * kKeyBlock, o + r * o_hs, o_hs,
-                          d);
+      accumulate_v<EV, 4>(vblk, a.v_s0, nb, sc + r * kKeyBlock, o + r * o_hs, o_hs, d);
+    for (; r < rep; ++r) accumulate_v<EV, 1>(vblk, a.v_s0, nb, sc + r * kKeyBlock, o + r * o_hs, o_hs, d);
   }
   for (int64_t r = 0; r < rep; ++r) {
     if (sum[r] == 0.0f) {  // no visible key: the empty partial (o is still 0)
@@ -220,9 +235,11 @@ void dispatch_v(DType vt, const AttnArgs& a, int64_t n, int64_t hkv,
 
 }  // namespace
 
-void CpuBackend::attention(const TensorView& q, const TensorView& k, const TensorView& v,
-                           const TensorView& q_pos, int64_t k_pos0, float scale,
-                           const AttnPartial& out) {
+namespace {
+
+void attention_impl(const TensorView& q, const TensorView& k, const TensorView& v,
+                    const KvPages* pages, const TensorView& q_pos, int64_t k_pos0, float scale,
+                    const AttnPartial& out) {
   TANDEM_CHECK(q.dtype == DType::kF32 && q.ndim == 3 && cpu::last_dim_contiguous(q), "attention q ",
                q.describe());
   const int64_t n = q.dim(0), hq = q.dim(1), d = q.dim(2);
@@ -238,23 +255,37 @@ void CpuBackend::attention(const TensorView& q, const TensorView& k, const Tenso
                    cpu::last_dim_contiguous(out.o) && out.lse.dtype == DType::kF32 &&
                    out.lse.ndim == 2 && out.lse.dim(0) == n && out.lse.dim(1) == hq,
                "attention out o ", out.o.describe(), " lse ", out.lse.describe());
+  if (pages != nullptr) {
+    TANDEM_CHECK(pages->rows > 0 && pages->stride >= 0 &&
+                     pages->count == (t_keys + pages->rows - 1) / pages->rows &&
+                     (pages->ids != nullptr || pages->count == 0),
+                 "attention pages: ", pages->count, " pages of ", pages->rows, " rows for ",
+                 t_keys, " keys");
+    for (int64_t i = 0; i < pages->count; ++i)
+      TANDEM_CHECK(pages->ids[i] >= 0, "attention page id ", pages->ids[i]);
+  }
   if (n == 0 || hq == 0) return;
   std::vector<int64_t> vis(static_cast<size_t>(n));
   const int32_t* pp = q_pos.as<const int32_t>();
   for (int64_t i = 0; i < n; ++i)
     vis[static_cast<size_t>(i)] = std::clamp<int64_t>(int64_t{pp[i]} - k_pos0 + 1, 0, t_keys);
-  const AttnArgs a{q.as<const float>(),
-                   q.stride[0],
-                   q.stride[1],
-                   static_cast<const char*>(k.data),
-                   static_cast<const char*>(v.data),
-                   k.stride[0],
-                   k.stride[1],
-                   v.stride[0],
-                   v.stride[1],
-                   d,
-                   hq / hkv,
-                   scale};
+  AttnArgs a{q.as<const float>(),
+             q.stride[0],
+             q.stride[1],
+             static_cast<const char*>(k.data),
+             static_cast<const char*>(v.data),
+             k.stride[0],
+             k.stride[1],
+             v.stride[0],
+             v.stride[1],
+             d,
+             hq / hkv,
+             scale};
+  if (pages != nullptr) {
+    a.pages = pages->ids;
+    a.page_rows = pages->rows;
+    a.page_stride = pages->stride;
+  }
   switch (k.dtype) {
     case DType::kF32:
       return dispatch_v<cpu::F32>(v.dtype, a, n, hkv, vis, out);
@@ -266,6 +297,20 @@ void CpuBackend::attention(const TensorView& q, const TensorView& k, const Tenso
       break;
   }
   TANDEM_CHECK(false, "attention k dtype ", dtype_name(k.dtype));
+}
+
+}  // namespace
+
+void CpuBackend::attention(const TensorView& q, const TensorView& k, const TensorView& v,
+                           const TensorView& q_pos, int64_t k_pos0, float scale,
+                           const AttnPartial& out) {
+  attention_impl(q, k, v, nullptr, q_pos, k_pos0, scale, out);
+}
+
+void CpuBackend::attention_paged(const TensorView& q, const TensorView& k, const TensorView& v,
+                                 const KvPages& pages, const TensorView& q_pos, int64_t k_pos0,
+                                 float scale, const AttnPartial& out) {
+  attention_impl(q, k, v, &pages, q_pos, k_pos0, scale, out);
 }
 
 }  // namespace tandem

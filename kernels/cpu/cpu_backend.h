@@ -25,6 +25,9 @@ class CpuBackend final : public Backend {
   void attention(const TensorView& q, const TensorView& k, const TensorView& v,
                  const TensorView& q_pos, int64_t k_pos0, float scale,
                  const AttnPartial& out) override;
+  void attention_paged(const TensorView& q, const TensorView& k, const TensorView& v,
+                       const KvPages& pages, const TensorView& q_pos, int64_t k_pos0, float scale,
+                       const AttnPartial& out) override;
   void merge(const AttnPartial& a, const AttnPartial& b) override;
   void copy(const TensorView& src, const TensorView& dst) override;
 };

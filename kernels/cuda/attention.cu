@@ -41,7 +41,17 @@ struct AttnParams {
   float* lse;
   int64_t l_s0, l_s1;
   int64_t split_o_stride, split_l_stride;  // between splits (0 when nsplit == 1)
+  // Paged keys (nullptr: one contiguous span): key j is row j % page_rows of page
+  // pages[j / page_rows] (device memory), page_stride elements per page.
+  const int32_t* pages;
+  int64_t page_rows, page_stride;
 };
+
+// Element offset of key j's row (row stride s0) from the span's base.
+__device__ __forceinline__ int64_t key_offset(const AttnParams& p, int64_t j, int64_t s0) {
+  if (p.pages == nullptr) return j * s0;
+  return static_cast<int64_t>(p.pages[j / p.page_rows]) * p.page_stride + (j % p.page_rows) * s0;
+}
 
 template <typename TK, typename TV>
 __global__ void __launch_bounds__(kThreads) attention_kernel(AttnParams p) {
@@ -79,8 +89,8 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttnParams p) {
 #pragma unroll
     for (int t = 0; t < kDimsPerLane; ++t) {
       const int c = lane + kWarp * t;
-      kf[t] = c < d ? to_f32<TK>(kb[j * p.k_s0 + c]) : 0.0f;
-      vf[t] = c < d ? to_f32<TV>(vb[j * p.v_s0 + c]) : 0.0f;
+      kf[t] = c < d ? to_f32<TK>(kb[key_offset(p, j, p.k_s0) + c]) : 0.0f;
+      vf[t] = c < d ? to_f32<TV>(vb[key_offset(p, j, p.v_s0) + c]) : 0.0f;
     }
 #pragma unroll
     for (int r = 0; r < kHeads; ++r) {
@@ -179,7 +189,7 @@ void launch_v(DType vt, dim3 grid, size_t smem, const AttnParams& p, cudaStream_
 
 void attention(const TensorView& q, const TensorView& k, const TensorView& v,
                const TensorView& q_pos, int64_t k_pos0, float scale, const AttnPartial& out,
-               int num_sms, Workspace& ws, cudaStream_t stream) {
+               int num_sms, Workspace& ws, cudaStream_t stream, const DevicePages* pages) {
   TANDEM_CHECK(q.dtype == DType::kF32 && q.ndim == 3 && q.stride[2] == 1, "attention q ",
                q.describe());
   const int64_t n = q.dim(0), hq = q.dim(1), d = q.dim(2);
@@ -198,6 +208,11 @@ void attention(const TensorView& q, const TensorView& k, const TensorView& v,
                "attention out o ", out.o.describe(), " lse ", out.lse.describe());
   for (const TensorView* t : {&q, &k, &v, &q_pos, &out.o, &out.lse})
     check_device_memory(*t, "attention operand");
+  if (pages != nullptr)
+    TANDEM_CHECK(pages->ids != nullptr && pages->rows > 0 && pages->stride >= 0 &&
+                     pages->count == (t_keys + pages->rows - 1) / pages->rows,
+                 "attention pages: ", pages->count, " pages of ", pages->rows, " rows for ",
+                 t_keys, " keys");
   if (n == 0 || hq == 0) return;
 
   const int64_t rep = hq / hkv;
@@ -232,6 +247,11 @@ void attention(const TensorView& q, const TensorView& k, const TensorView& v,
   p.hkv = static_cast<int32_t>(hkv);
   p.hgroups = static_cast<int32_t>(hgroups);
   p.scale = scale;
+  if (pages != nullptr) {
+    p.pages = pages->ids;
+    p.page_rows = pages->rows;
+    p.page_stride = pages->stride;
+  }
   float* part_o = nullptr;
   float* part_l = nullptr;
   if (nsplit == 1) {

@@ -14,9 +14,18 @@ namespace tandem::cuda {
 // When (n x kv heads) is too small to fill the device the keys are split into chunks whose
 // partials go to `ws` and are merged with merge_element (the rule of merge_partial_row).
 // num_sms: multiprocessors of the device (sizes the split).
+// pages (optional): the keys live in pages of a pool, as in Backend::attention_paged; k and v
+// then point at page 0 and give the strides within a page.
+struct DevicePages {
+  const int32_t* ids = nullptr;  // device memory, `count` page ids
+  int64_t count = 0;
+  int64_t rows = 0;    // keys per page
+  int64_t stride = 0;  // elements from one page to the next
+};
 void attention(const TensorView& q, const TensorView& k, const TensorView& v,
                const TensorView& q_pos, int64_t k_pos0, float scale, const AttnPartial& out,
-               int num_sms, Workspace& ws, cudaStream_t stream);
+               int num_sms, Workspace& ws, cudaStream_t stream,
+               const DevicePages* pages = nullptr);
 
 inline constexpr int64_t kAttnMaxHeadDim = 256;
 

@@ -36,6 +36,7 @@ class CudaBackend final : public Backend {
   ~CudaBackend() override {
     cudaStreamSynchronize(stream_);  // nothing may still use the workspace or the tables
     for (RopeEntry& e : rope_tables_) cudaFree(e.device);
+    cudaFree(page_table_);
     cublasDestroy(cublas_);
     cudaStreamDestroy(stream_);
   }
@@ -72,6 +73,28 @@ class CudaBackend final : public Backend {
                  const AttnPartial& out) override {
     cuda::attention(q, k, v, q_pos, k_pos0, scale, out, num_sms_, ws_, stream_);
   }
+  // The page ids go to a grow-only device table, copied on the stream (from pageable memory the
+  // copy returns once staged; the next call's copy is ordered after this call's kernel).
+  void attention_paged(const TensorView& q, const TensorView& k, const TensorView& v,
+                       const KvPages& pages, const TensorView& q_pos, int64_t k_pos0, float scale,
+                       const AttnPartial& out) override {
+    TANDEM_CHECK(pages.count >= 0, "attention_paged: ", pages.count, " pages");
+    const size_t count = static_cast<size_t>(pages.count);
+    if (count > page_table_cap_) {
+      if (page_table_ != nullptr) TANDEM_CUDA_CHECK(cudaFree(page_table_));  // waits for the device
+      page_table_ = nullptr;
+      page_table_cap_ = 0;
+      const size_t cap = std::max<size_t>(count * 2, 256);
+      TANDEM_CUDA_CHECK(cudaMalloc(&page_table_, cap * sizeof(int32_t)));
+      page_table_cap_ = cap;
+    }
+    if (count > 0)
+      TANDEM_CUDA_CHECK(cudaMemcpyAsync(page_table_, pages.ids, count * sizeof(int32_t),
+                                        cudaMemcpyHostToDevice, stream_));
+    const cuda::DevicePages dp{page_table_, static_cast<int64_t>(count), pages.rows, pages.stride};
+    cuda::attention(q, k, v, q_pos, k_pos0, scale, out, num_sms_, ws_, stream_,
+                    count > 0 ? &dp : nullptr);
+  }
   void merge(const AttnPartial& a, const AttnPartial& b) override { cuda::merge(a, b, stream_); }
   void copy(const TensorView& src, const TensorView& dst) override {
     cuda::convert(src, dst, stream_);
@@ -91,6 +114,11 @@ class CudaBackend final : public Backend {
   }
   // cudaFree waits for the device, so no queued op still uses the bytes.
   void deallocate(void* p) override { cudaFree(p); }
+  MemoryInfo memory_info() const override {
+    size_t free = 0, total = 0;
+    TANDEM_CUDA_CHECK(cudaMemGetInfo(&free, &total));
+    return {static_cast<int64_t>(free), static_cast<int64_t>(total)};
+  }
   // From pageable memory the copy returns once the source is staged, so src may be reused; the
   // stream orders it with the ops around it.
   void upload(const TensorView& src, const TensorView& dst) override {
@@ -114,6 +142,9 @@ class CudaBackend final : public Backend {
   cudaStream_t stream() const { return stream_; }
 
  private:
+  int32_t* page_table_ = nullptr;  // attention_paged's page ids
+  size_t page_table_cap_ = 0;
+
   static void check_copy(const TensorView& src, const TensorView& dst, const char* what) {
     TANDEM_CHECK(src.dtype == dst.dtype && src.numel() == dst.numel() && src.contiguous() &&
                      dst.contiguous(),
