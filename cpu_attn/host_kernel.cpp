@@ -43,17 +43,6 @@ inline void prefetch_bytes(const void* p, int32_t bytes) {
     _mm_prefetch(reinterpret_cast<const char*>(line), _MM_HINT_T0);
 }
 
-// Lane i of the result is the sum of the lanes of a[i].
-inline __m256 reduce8(const __m256* a) {
-  const __m256 t0 = _mm256_hadd_ps(a[0], a[1]);
-  const __m256 t1 = _mm256_hadd_ps(a[2], a[3]);
-  const __m256 t2 = _mm256_hadd_ps(a[4], a[5]);
-  const __m256 t3 = _mm256_hadd_ps(a[6], a[7]);
-  const __m256 u0 = _mm256_hadd_ps(t0, t1);  // [a0..a3 low halves | a0..a3 high halves]
-  const __m256 u1 = _mm256_hadd_ps(t2, t3);  // [a4..a7 low halves | a4..a7 high halves]
-  return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
-}
-
 // s[g * kChunkRows + j] = q_g . k_j for GS heads and rows j in [0, nr); nr a multiple of R.
 //   rows [nr] pointers to K rows of d elements; q f32 [GS, d] (pre-scaled).
 // R rows at a time, R * GS <= 8 accumulators; the 8 dot products are reduced by one hadd tree.
@@ -86,7 +75,7 @@ void score_pass(const typename E::T* const* rows, int32_t nr, const float* q, in
       }
     }
     alignas(32) float t[8];
-    _mm256_store_ps(t, reduce8(acc));
+    _mm256_store_ps(t, cpu::reduce8(acc));
 #pragma GCC unroll 8
     for (int g = 0; g < GS; ++g)
 #pragma GCC unroll 8
@@ -211,7 +200,8 @@ class GroupAttention {
     TANDEM_CHECK(b.k != nullptr && b.v != nullptr, "host block without K or V");
     const T* k = static_cast<const T*>(b.k);
     const T* v = static_cast<const T*>(b.v);
-    const int64_t d = d_;
+    TANDEM_CHECK(b.stride == 0 || b.stride >= d_, "host block row stride ", b.stride, " < ", d_);
+    const int64_t d = b.stride != 0 ? b.stride : d_;
     for (int32_t i = 0; i < rows; ++i) {
       int64_t r = i;
       if (b.idx != nullptr) {

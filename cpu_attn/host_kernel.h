@@ -15,7 +15,8 @@
 namespace tandem {
 
 // One block's rows of one KV head, as the host store lays them out: K and V each
-// [n, head_dim] contiguous rows in the store's KV dtype.
+// [n, head_dim] contiguous rows in the store's KV dtype (or rows `stride` elements apart, e.g.
+// one head of [n, n_head_kv, head_dim] rows).
 struct HostBlockRef {
   const void* k = nullptr;       // [n, head_dim]
   const void* v = nullptr;       // [n, head_dim]
@@ -23,6 +24,7 @@ struct HostBlockRef {
   const int32_t* idx = nullptr;  // optional selection: attend only rows idx[0, n_idx), each in
                                  // [0, n); nullptr = all n rows
   int32_t n_idx = 0;
+  int64_t stride = 0;  // elements from one row to the next; 0 = head_dim (contiguous rows)
 
   // Rows this block contributes.
   int32_t rows() const { return idx != nullptr ? n_idx : n; }

@@ -6,50 +6,12 @@
 #include <cstring>
 #include <limits>
 
+#include <tbb/parallel_for.h>
+
+#include "kernels/cpu/simd.h"
 #include "kvstore/selection.h"
 
 namespace tandem {
-namespace {
-
-void load_row(const void* src, DType t, float* dst, int64_t n) {
-  switch (t) {
-    case DType::kF32:
-      std::memcpy(dst, src, static_cast<size_t>(n) * 4);
-      break;
-    case DType::kF16:
-      for (int64_t i = 0; i < n; ++i) dst[i] = f16_to_f32(static_cast<const uint16_t*>(src)[i]);
-      break;
-    case DType::kBF16:
-      for (int64_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(static_cast<const uint16_t*>(src)[i]);
-      break;
-    default:
-      TANDEM_CHECK(false, "kv dtype");
-  }
-}
-
-void store_row(void* dst, DType t, const float* src, int64_t n) {
-  switch (t) {
-    case DType::kF32:
-      std::memcpy(dst, src, static_cast<size_t>(n) * 4);
-      break;
-    case DType::kF16:
-      for (int64_t i = 0; i < n; ++i) static_cast<uint16_t*>(dst)[i] = f32_to_f16(src[i]);
-      break;
-    case DType::kBF16:
-      for (int64_t i = 0; i < n; ++i) static_cast<uint16_t*>(dst)[i] = f32_to_bf16(src[i]);
-      break;
-    default:
-      TANDEM_CHECK(false, "kv dtype");
-  }
-}
-
-float dot(const float* a, const float* b, int32_t d) {
-  float s = 0;
-  for (int32_t i = 0; i < d; ++i) s += a[i] * b[i];
-  return s;
-}
-
-}  // namespace
 
 HybridKv::HybridKv(Backend& backend, const KvShape& shape, const KvConfig& cfg,
                    const BlockLayout& layout, int32_t capacity, BlockPool& device, BlockPool& host,
@@ -126,6 +88,19 @@ float* HybridKv::host_kmin(int32_t id) const {
 }
 float* HybridKv::host_kmax(int32_t id) const {
   return host_kmin(id) + int64_t{layout_.n_head_kv} * layout_.head_dim;
+}
+
+float HybridKv::maw_of(int32_t layer, int32_t pos, int32_t g) const {
+  TANDEM_CHECK(layer >= 0 && layer < shape_.n_layer && pos >= 0 && pos < length_ && g >= 0 &&
+                   g < shape_.n_head_kv,
+               "maw_of layer ", layer, " pos ", pos, " head ", g);
+  const Layer& l = layers_[static_cast<size_t>(layer)];
+  const int32_t b = cfg_.block, hkv = shape_.n_head_kv;
+  if (pos < std::min(length_, sinks_)) return dev_maw(l.sink)[pos * hkv + g];
+  const int32_t h = pos - sinks_;
+  if (h < l.host_tokens) return host_maw(l.host[static_cast<size_t>(h / b)])[g * b + h % b];
+  const int32_t w = h - l.host_tokens;
+  return dev_maw(l.window[static_cast<size_t>(w / b)])[(w % b) * hkv + g];
 }
 
 int32_t HybridKv::device_tokens(const Layer& l) const {
@@ -323,31 +298,75 @@ void HybridKv::submit_host(Layer& l, const float* q_in) {
 void HybridKv::update_maw(Layer& l, const float* q, const float* lse_dev, const float* k_new) {
   const int32_t G = shape_.n_head_q / shape_.n_head_kv, d = shape_.head_dim;
   const int32_t hkv = shape_.n_head_kv;
-  const float alpha = cfg_.maw_alpha, scale = shape_.scale;
-  // p of one stored key row (all KV heads) -> updates maw[0..hkv).
+  const float alpha = cfg_.maw_alpha;
+  // The query heads pre-scaled, so a score is one dot product.
+  q_scaled_.resize(static_cast<size_t>(shape_.n_head_q) * d);
+  for (size_t i = 0; i < q_scaled_.size(); ++i) q_scaled_[i] = q[i] * shape_.scale;
+  // p of one stored key row (all KV heads) for KV head g: the largest attention weight any of
+  // its G query heads gives the row, exp(max_h(score_h - lse_h)) (exp is monotonic: one exp).
   auto prob = [&](const float* krow, int32_t g) {
-    float p = 0;
+    float best = -std::numeric_limits<float>::infinity();
     for (int32_t h = g * G; h < (g + 1) * G; ++h)
-      p = std::max(
-          p, std::exp(scale * dot(q + int64_t{h} * d, krow + int64_t{g} * d, d) - lse_dev[h]));
-    return p;
+      best = std::max(best, cpu::dot_f32(q_scaled_.data() + int64_t{h} * d, krow + int64_t{g} * d,
+                                         d) -
+                                lse_dev[h]);
+    return std::exp(best);
   };
   const int64_t row_bytes = int64_t{hkv} * d * dtype_size(layout_.dtype);
+  const int64_t row = int64_t{hkv} * d;
   auto update_block = [&](int32_t id, int32_t rows) {
+    thread_local std::vector<float> tile;  // 8 key rows [8, hkv, d] as f32
+    tile.resize(static_cast<size_t>(8 * row));
     const uint8_t* k = mirror_k(id);
     float* maw = dev_maw(id);
-    for (int32_t t = 0; t < rows; ++t) {
-      load_row(k + t * row_bytes, layout_.dtype, row_buf_.data(), int64_t{hkv} * d);
-      for (int32_t g = 0; g < hkv; ++g)
-        maw[t * hkv + g] = maw_step(maw[t * hkv + g], prob(row_buf_.data(), g), alpha);
+    if (d % 8 != 0) {  // one row at a time
+      for (int32_t t = 0; t < rows; ++t) {
+        cpu::row_to_f32(k + t * row_bytes, layout_.dtype, tile.data(), row);
+        for (int32_t g = 0; g < hkv; ++g)
+          maw[t * hkv + g] = maw_step(maw[t * hkv + g], prob(tile.data(), g), alpha);
+      }
+      return;
+    }
+    // 8 rows at a time: 8 dot products per query head reduced together, one exp8 per KV head.
+    for (int32_t t0 = 0; t0 < rows; t0 += 8) {
+      const int32_t nr = std::min(8, rows - t0);
+      for (int32_t r = 0; r < 8; ++r)
+        cpu::row_to_f32(k + (t0 + std::min(r, nr - 1)) * row_bytes, layout_.dtype,
+                        tile.data() + r * row, row);
+      for (int32_t g = 0; g < hkv; ++g) {
+        __m256 best = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
+        for (int32_t h = g * G; h < (g + 1) * G; ++h) {
+          const float* qh = q_scaled_.data() + int64_t{h} * d;
+          __m256 acc[8];
+          for (__m256& x : acc) x = _mm256_setzero_ps();
+          for (int32_t c = 0; c < d; c += 8) {
+            const __m256 qv = _mm256_loadu_ps(qh + c);
+            for (int32_t r = 0; r < 8; ++r)
+              acc[r] = _mm256_fmadd_ps(
+                  qv, _mm256_loadu_ps(tile.data() + r * row + int64_t{g} * d + c), acc[r]);
+          }
+          best = _mm256_max_ps(best,
+                               _mm256_sub_ps(cpu::reduce8(acc), _mm256_set1_ps(lse_dev[h])));
+        }
+        alignas(32) float p[8];
+        _mm256_store_ps(p, cpu::exp8(best));
+        for (int32_t r = 0; r < nr; ++r) {
+          float& m = maw[(t0 + r) * hkv + g];
+          m = maw_step(m, p[r], alpha);
+        }
+      }
     }
   };
   const int32_t n_sink = std::min(length_, sinks_);
   if (n_sink > 0) update_block(l.sink, n_sink);
-  for (size_t i = 0; i < l.window.size(); ++i)
-    update_block(l.window[i], i + 1 < l.window.size()
-                                  ? cfg_.block
-                                  : l.window_tokens - static_cast<int32_t>(i) * cfg_.block);
+  // The window's blocks are independent (each writes its own MAW values): spread over the
+  // cores, since this runs on the thread that drives the device, between its attention and the
+  // merge.
+  const int64_t nw = static_cast<int64_t>(l.window.size());
+  tbb::parallel_for(int64_t{0}, nw, [&](int64_t i) {
+    update_block(l.window[static_cast<size_t>(i)],
+                 i + 1 < nw ? cfg_.block : l.window_tokens - static_cast<int32_t>(i) * cfg_.block);
+  });
   // The new token's first observation is its MAW.
   for (int32_t g = 0; g < hkv; ++g) new_maw_.as<float>()[g] = prob(k_new, g);
 }
@@ -367,11 +386,10 @@ void HybridKv::append_host_row(Layer& l, const float* k_row, const float* v_row,
   TANDEM_CHECK(d <= 512, "head_dim ", d);
   for (int32_t g = 0; g < hkv; ++g) {
     uint8_t* kd = host_k(id) + (int64_t{g} * b + slot) * d * es;
-    store_row(kd, layout_.dtype, k_row + int64_t{g} * d, d);
-    store_row(host_v(id) + (int64_t{g} * b + slot) * d * es, layout_.dtype, v_row + int64_t{g} * d,
-              d);
+    cpu::row_from_f32(k_row + int64_t{g} * d, kd, layout_.dtype, d);
+    cpu::row_from_f32(v_row + int64_t{g} * d, host_v(id) + (int64_t{g} * b + slot) * d * es, layout_.dtype, d);
     host_maw(id)[int64_t{g} * b + slot] = maw[g];
-    load_row(kd, layout_.dtype, stored, d);  // the digest bounds the keys as stored
+    cpu::row_to_f32(kd, layout_.dtype, stored, d);  // the digest bounds the keys as stored
     digest_add(host_kmin(id) + int64_t{g} * d, host_kmax(id) + int64_t{g} * d, stored, d);
   }
   ++l.host_tokens;
@@ -385,8 +403,8 @@ void HybridKv::evict_oldest(Layer& l) {
   const uint8_t *k = mirror_k(id), *v = mirror_v(id);
   std::vector<float> vrow(row_buf_.size());
   for (int32_t t = 0; t < b; ++t) {
-    load_row(k + t * row_bytes, layout_.dtype, row_buf_.data(), int64_t{hkv} * d);
-    load_row(v + t * row_bytes, layout_.dtype, vrow.data(), int64_t{hkv} * d);
+    cpu::row_to_f32(k + t * row_bytes, layout_.dtype, row_buf_.data(), int64_t{hkv} * d);
+    cpu::row_to_f32(v + t * row_bytes, layout_.dtype, vrow.data(), int64_t{hkv} * d);
     append_host_row(l, row_buf_.data(), vrow.data(), dev_maw(id) + int64_t{t} * hkv);
   }
   l.window.pop_front();
@@ -425,8 +443,8 @@ void HybridKv::store(Layer& l, const float* k, const float* v, int64_t n, bool w
         l.sink = device_.alloc();
         TANDEM_REQUIRE(l.sink >= 0, kOutOfMemory, "device KV pool exhausted");
       }
-      store_row(mirror_k(l.sink) + pos * row * es, layout_.dtype, kr, row);
-      store_row(mirror_v(l.sink) + pos * row * es, layout_.dtype, vr, row);
+      cpu::row_from_f32(kr, mirror_k(l.sink) + pos * row * es, layout_.dtype, row);
+      cpu::row_from_f32(vr, mirror_v(l.sink) + pos * row * es, layout_.dtype, row);
       std::copy_n(maw, hkv, dev_maw(l.sink) + int64_t{pos} * hkv);
       wrote(l.sink, pos);
       continue;
@@ -446,8 +464,8 @@ void HybridKv::store(Layer& l, const float* k, const float* v, int64_t n, bool w
     }
     const int32_t slot = l.window_tokens - (static_cast<int32_t>(l.window.size()) - 1) * b;
     const int32_t id = l.window.back();
-    store_row(mirror_k(id) + slot * row * es, layout_.dtype, kr, row);
-    store_row(mirror_v(id) + slot * row * es, layout_.dtype, vr, row);
+    cpu::row_from_f32(kr, mirror_k(id) + slot * row * es, layout_.dtype, row);
+    cpu::row_from_f32(vr, mirror_v(id) + slot * row * es, layout_.dtype, row);
     std::copy_n(maw, hkv, dev_maw(id) + int64_t{slot} * hkv);
     wrote(id, slot);
     ++l.window_tokens;
@@ -471,7 +489,7 @@ void HybridKv::observe_prompt(Layer& l, const float* q, const float* lse, int64_
       if (pos > length_ + i) continue;  // a later token of the chunk: not visible to query i
       float p = 0;
       for (int32_t h = g * G; h < (g + 1) * G; ++h)
-        p = std::max(p, std::exp(shape_.scale * dot(q + (i * shape_.n_head_q + h) * d, key, d) -
+        p = std::max(p, std::exp(shape_.scale * cpu::dot_f32(q + (i * shape_.n_head_q + h) * d, key, d) -
                                  lse[i * shape_.n_head_q + h]));
       acc += p;
     }
@@ -483,7 +501,7 @@ void HybridKv::observe_prompt(Layer& l, const float* q, const float* lse, int64_
     const int32_t rows = std::min<int32_t>(b, l.host_tokens - static_cast<int32_t>(j) * b);
     for (int32_t g = 0; g < hkv; ++g)
       for (int32_t t = 0; t < rows; ++t) {
-        load_row(host_k(id) + (int64_t{g} * b + t) * d * es, layout_.dtype, krow.data(), d);
+        cpu::row_to_f32(host_k(id) + (int64_t{g} * b + t) * d * es, layout_.dtype, krow.data(), d);
         host_maw(id)[int64_t{g} * b + t] =
             seed(krow.data(), g, sinks_ + static_cast<int32_t>(j) * b + t);
       }
@@ -492,7 +510,7 @@ void HybridKv::observe_prompt(Layer& l, const float* q, const float* lse, int64_
   auto seed_device = [&](int32_t id, int32_t rows, int32_t pos0) {
     const uint8_t* k = mirror_k(id);
     for (int32_t t = 0; t < rows; ++t) {
-      load_row(k + t * row_bytes, layout_.dtype, row_buf_.data(), int64_t{hkv} * d);
+      cpu::row_to_f32(k + t * row_bytes, layout_.dtype, row_buf_.data(), int64_t{hkv} * d);
       for (int32_t g = 0; g < hkv; ++g)
         dev_maw(id)[t * hkv + g] = seed(row_buf_.data() + int64_t{g} * d, g, pos0 + t);
     }
@@ -530,16 +548,21 @@ void HybridKv::attend(Backend& be, int32_t layer, const TensorView& q, const Ten
                  " tokens exceeds its KV capacity of ", capacity_);
   const bool decode = decode_ && n == 1;
   const bool host_async = decode && l.host_tokens > 0;
+  // Only hgca reads MAW values: under full and topk the MAW update of the device tokens (a q.k
+  // and an exp per device token and query head, every decode step) and the prompt observation
+  // are skipped, and stored tokens get MAW 0.
+  const bool maw = cfg_.sparse == SparsePolicy::kHgca;
   // The host reads q (host attention, MAW, observation), the new k and v (stored through the
   // host side of the blocks) and the device lse: in place on a host-accessible backend, else
   // downloaded here, synchronously (with async copies: a side stream behind an event).
-  const float* qh = decode || observe_ ? host_readable(be, q, q_stage_) : nullptr;
+  const bool need_q = (host_async && !l.ticket) || (maw && (decode || observe_));
+  const float* qh = need_q ? host_readable(be, q, q_stage_) : nullptr;
   // Parallel mode (and layer 0 of ahead mode): the host part starts now, beside the device part.
   if (host_async && !l.ticket) submit_host(l, qh);
 
   device_partial(be, l, q, k, v, q_pos, out);
   const float* kh = host_readable(be, k, k_stage_);
-  if (decode) update_maw(l, qh, host_readable(be, out.lse, lse_stage_), kh);
+  if (decode && maw) update_maw(l, qh, host_readable(be, out.lse, lse_stage_), kh);
   if (host_async) {
     host_attn_.wait(*l.ticket);
     l.ticket.reset();
@@ -547,8 +570,8 @@ void HybridKv::attend(Backend& be, int32_t layer, const TensorView& q, const Ten
   } else if (l.host_tokens > 0) {
     host_partial_dense(be, l, q, q_pos, out);  // prefill: exact under every policy
   }
-  store(l, kh, host_readable(be, v, v_stage_), n, decode);
-  if (!decode && observe_) observe_prompt(l, qh, host_readable(be, out.lse, lse_stage_), n);
+  store(l, kh, host_readable(be, v, v_stage_), n, decode && maw);
+  if (!decode && observe_ && maw) observe_prompt(l, qh, host_readable(be, out.lse, lse_stage_), n);
 }
 
 void HybridKv::import_kv(Backend& be, int32_t layer, const float* k, const float* v,

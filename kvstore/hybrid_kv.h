@@ -70,6 +70,8 @@ class HybridKv final : public SequenceKv {
   // Device blocks (all layers) a sequence of `tokens` tokens holds under cfg.
   static int64_t device_blocks_for(const KvConfig& cfg, int32_t n_layer, int32_t tokens);
   const HostStats& stats() const { return stats_; }
+  // The MAW value of the token at `pos` (< length()) for one KV head, wherever it lives.
+  float maw_of(int32_t layer, int32_t pos, int32_t kv_head) const;
 
  private:
   struct Layer {
@@ -146,7 +148,8 @@ class HybridKv final : public SequenceKv {
   // uploaded for the backend, and the step's activations as downloaded for the host.
   BackendBuffer part_o_, part_lse_, span_k_, span_v_;
   std::vector<float> q_stage_, lse_stage_, k_stage_, v_stage_;
-  std::vector<float> row_buf_;  // converted K/V rows
+  std::vector<float> row_buf_;   // converted K/V rows
+  std::vector<float> q_scaled_;  // update_maw's scale * q
   std::vector<int32_t> page_ids_;  // the device window's blocks, for attention_paged
   HostStats stats_;
 };

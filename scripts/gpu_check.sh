@@ -2,8 +2,10 @@
 # The GPU acceptance run of the CUDA backend, on a machine with an NVIDIA GPU: build (CUDA on),
 # every test (the GPU parity tests must run, not skip), the model on the GPU against the CPU
 # (test_cuda_model), compute-sanitizer memcheck and racecheck on the kernel tests and memcheck on
-# the model test, `tandem bench-kernels`, and docs/gpu.md with the device and the figures.
-# Fails loudly (exit 1) where no GPU is visible.
+# the model test, `tandem bench-kernels`, the decode benchmark of the hybrid store against all KV
+# on the GPU (scripts/bench_hybrid.sh on a random Llama-3.1-8B-shaped model, contexts 4K-32K;
+# skipped with TANDEM_GPU_DECODE_BENCH=0, its arguments replaced by TANDEM_GPU_DECODE_ARGS), and
+# docs/gpu.md with the device and the figures. Fails loudly (exit 1) where no GPU is visible.
 #
 #   scripts/gpu_check.sh                  build into build/ (or $TANDEM_BUILD_DIR) and run all
 #   scripts/gpu_check.sh --stage DIR      (any machine, no GPU needed) copy the built
@@ -131,6 +133,23 @@ else
   status=1
 fi
 
+# Decode throughput, hybrid vs all KV on the GPU, and the GPU's wait for the CPU (issue 7 (b), (c)).
+decode_md="$log/decode.md"
+if [[ ${TANDEM_GPU_DECODE_BENCH:-1} == 0 ]]; then
+  decode_result="not run (TANDEM_GPU_DECODE_BENCH=0)"
+else
+  # shellcheck disable=SC2206  # word splitting of the override is intended
+  decode_args=(${TANDEM_GPU_DECODE_ARGS:---shape llama-3.1-8b --contexts 4096,16384,32768 --batches 1,8,max --gen 16})
+  bench_models="${TANDEM_BENCH_DIR:-$([[ $mode == build ]] && echo "$build" || echo "$dir")/bench-models}"
+  if TANDEM_BIN="$tandem_bin" TANDEM_BENCH_DIR="$bench_models" scripts/bench_hybrid.sh \
+    --device cuda "${decode_args[@]}" --out "$log/decode.jsonl" --md "$decode_md" 2>"$log/decode.err"; then
+    decode_result="ok"
+  else
+    decode_result="FAILED: $(tail -1 "$log/decode.err")"
+    status=1
+  fi
+fi
+
 # The binary end to end on the GPU: greedy text of the bundled model, --device cuda against
 # --device cpu (exit 0 required; the texts are recorded, equal unless a near-tie flips a token).
 run_text() {
@@ -161,6 +180,7 @@ device="$(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,n
   echo "- test_cuda_model (forward logits, CUDA vs CPU): $model_result${model_summary:+ ($model_summary)}"
   echo "- compute-sanitizer memcheck on test_cuda_model: ${san_result[model]}"
   echo "- tandem bench-kernels: $bench_result"
+  echo "- scripts/bench_hybrid.sh (decode, hybrid vs all-on-GPU): $decode_result"
   echo "- tandem run --device cuda (models/tandem-demo, greedy): $run_result"
   echo
   echo "## Kernel bandwidth"
@@ -196,6 +216,18 @@ EOF
   echo '```json'
   cat "$log/bench.jsonl"
   echo '```'
+  if [[ -s $decode_md ]]; then
+    echo
+    echo "## Decode: hybrid store vs all KV on the GPU"
+    echo
+    cat "$decode_md"
+    echo
+    echo "Raw decode benchmark output:"
+    echo
+    echo '```json'
+    cat "$log/decode.jsonl"
+    echo '```'
+  fi
   for tool in memcheck racecheck model-memcheck; do
     key=$tool
     [[ $tool == model-memcheck ]] && key=model

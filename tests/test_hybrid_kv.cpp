@@ -301,3 +301,76 @@ TEST_CASE("imported KV attends like the same KV stored by a prefill", "[hybrid][
     CHECK(imported->length() == n + 1);
   }
 }
+
+TEST_CASE("a decode step's MAW update matches the attention weights in float64", "[hybrid][maw]") {
+  auto backend = make_cpu_backend();
+  const int32_t hq = 4, hkv = 2, d = 16, n = 12;
+  const float scale = 1.0f / std::sqrt(float{d});
+  const KvShape shape{1, hq, hkv, d, scale};
+  KvConfig cfg = small_hybrid(8, SparsePolicy::kHgca, CpuAttnMode::kParallel);  // sinks 2, block 4
+  KvStore store(*backend, shape, cfg, 1, 64);
+  std::mt19937 rng(21);
+  std::normal_distribution<float> nd;
+  auto random = [&](std::initializer_list<int64_t> dims) {
+    Buffer b(DType::kF32, dims);
+    for (int64_t i = 0; i < b.view().numel(); ++i) b.as<float>()[i] = nd(rng);
+    return b;
+  };
+  const Buffer q = random({n, hq, d}), k = random({n, hkv, d}), v = random({n, hkv, d});
+  const Buffer qd = random({1, hq, d}), kd = random({1, hkv, d}), vd = random({1, hkv, d});
+  Buffer pos(DType::kI32, {n + 1});
+  for (int32_t i = 0; i <= n; ++i) pos.as<int32_t>()[i] = i;
+  auto kv = store.new_sequence(64);
+  auto& hyb = dynamic_cast<HybridKv&>(*kv);
+  Buffer o(DType::kF32, {n, hq, d}), lse(DType::kF32, {n, hq});
+  kv->begin_step(false, true);
+  kv->attend(*backend, 0, q.view(), k.view(), v.view(), pos.view().slice(0, n),
+             AttnPartial{o.view(), lse.view()});
+  kv->advance(n);
+  // Device tokens now: the sinks 0-1 and the window after the host blocks (whole blocks of 4:
+  // the window evicts a block when a token would overflow its 8).
+  const int32_t host_tokens = static_cast<int32_t>(hyb.host_blocks()) * 4;
+  REQUIRE(host_tokens == 4);
+  std::vector<int32_t> device = {0, 1};
+  for (int32_t p = 2 + host_tokens; p < n; ++p) device.push_back(p);
+  std::vector<float> before;
+  for (int32_t p : device)
+    for (int32_t g = 0; g < hkv; ++g) before.push_back(hyb.maw_of(0, p, g));
+  Buffer od(DType::kF32, {1, hq, d}), lsed(DType::kF32, {1, hq});
+  kv->begin_step(true, false);
+  kv->attend(*backend, 0, qd.view(), kd.view(), vd.view(), pos.view().slice(n, n + 1),
+             AttnPartial{od.view(), lsed.view()});
+  kv->advance(1);
+  // The device partial: the device tokens and the new one, in float64.
+  auto key = [&](int32_t p, int32_t g) {
+    return p < n ? k.as<float>() + (int64_t{p} * hkv + g) * d : kd.as<float>() + int64_t{g} * d;
+  };
+  auto score = [&](int32_t h, int32_t p) {
+    double s = 0;
+    for (int32_t c = 0; c < d; ++c) s += double{qd.as<float>()[h * d + c]} * key(p, h / 2)[c];
+    return s * scale;
+  };
+  std::vector<int32_t> seen = device;
+  seen.push_back(n);
+  std::vector<double> lse_ref(hq, 0.0);
+  for (int32_t h = 0; h < hq; ++h) {
+    double sum = 0;
+    for (int32_t p : seen) sum += std::exp(score(h, p));
+    lse_ref[static_cast<size_t>(h)] = std::log(sum);
+  }
+  auto p_max = [&](int32_t p, int32_t g) {
+    double best = 0;
+    for (int32_t h = g * 2; h < g * 2 + 2; ++h)
+      best = std::max(best, std::exp(score(h, p) - lse_ref[static_cast<size_t>(h)]));
+    return best;
+  };
+  size_t i = 0;
+  for (int32_t p : device)
+    for (int32_t g = 0; g < hkv; ++g, ++i) {
+      CAPTURE(p, g);
+      const double want = (1.0 - cfg.maw_alpha) * before[i] + cfg.maw_alpha * p_max(p, g);
+      CHECK(std::abs(hyb.maw_of(0, p, g) - want) <= 1e-5 * std::max(1.0, want));
+    }
+  for (int32_t g = 0; g < hkv; ++g)  // the new token's first observation
+    CHECK(std::abs(hyb.maw_of(0, n, g) - p_max(n, g)) <= 1e-5);
+}

@@ -85,6 +85,17 @@ inline float hmax(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 
+// Lane i of the result is the sum of the lanes of a[i] (8 dot products reduced together).
+inline __m256 reduce8(const __m256* a) {
+  const __m256 t0 = _mm256_hadd_ps(a[0], a[1]);
+  const __m256 t1 = _mm256_hadd_ps(a[2], a[3]);
+  const __m256 t2 = _mm256_hadd_ps(a[4], a[5]);
+  const __m256 t3 = _mm256_hadd_ps(a[6], a[7]);
+  const __m256 u0 = _mm256_hadd_ps(t0, t1);  // [a0..a3 low halves | a0..a3 high halves]
+  const __m256 u1 = _mm256_hadd_ps(t2, t3);  // [a4..a7 low halves | a4..a7 high halves]
+  return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
+}
+
 // ---- exp ---------------------------------------------------------------------------------------
 
 // e^x for 8 floats, relative error ~2 ulp: x = n ln2 + r with |r| <= ln2/2, e^r by the Cephes
