@@ -4,13 +4,13 @@
 namespace tandem {
 
 BlockPool::BlockPool(int64_t block_bytes, int64_t capacity, bool growable, MemoryKind memory,
-                     Backend* backend)
+                     Backend* backend, bool mirror)
     : block_bytes_((block_bytes + 63) / 64 * 64),
       chunk_blocks_(capacity),
       growable_(growable),
       memory_(memory),
       backend_(backend),
-      mirrored_(backend != nullptr && !backend->host_accessible()) {
+      mirrored_(backend != nullptr && !backend->host_accessible() && mirror) {
   TANDEM_CHECK(block_bytes > 0 && capacity > 0, "pool of ", capacity, " blocks of ", block_bytes);
   grow();
 }
@@ -61,6 +61,7 @@ void* BlockPool::data(int32_t id) const {
 }
 
 void* BlockPool::host_data(int32_t id) const {
+  TANDEM_CHECK(host_side(), "host side of a device block without a mirror");
   if (!mirrored_) return data(id);
   TANDEM_CHECK(id >= 0 && id < capacity(), "block ", id);
   const int64_t chunk = id / chunk_blocks_, at = id % chunk_blocks_;

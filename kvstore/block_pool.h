@@ -16,10 +16,10 @@ class BlockPool {
  public:
   // capacity: blocks available (fixed pool) or allocated per chunk (growable pool). Without a
   // backend the blocks are host memory tagged `memory`; with one they are the backend's memory,
-  // and where the host cannot read that memory every block also has a host mirror of the same
-  // size (host_data), which the owner keeps in step with upload.
+  // and where the host cannot read that memory and `mirror` is set every block also has a host
+  // mirror of the same size (host_data), which the owner keeps in step with upload.
   BlockPool(int64_t block_bytes, int64_t capacity, bool growable, MemoryKind memory,
-            Backend* backend = nullptr);
+            Backend* backend = nullptr, bool mirror = true);
 
   // A free block id, or -1 when a fixed pool is exhausted.
   int32_t alloc();
@@ -27,6 +27,8 @@ class BlockPool {
   void* data(int32_t id) const;       // the block (backend memory in a backend pool)
   void* host_data(int32_t id) const;  // the host mirror, or the block itself without one
   bool mirrored() const { return mirrored_; }
+  // Whether host_data may be used: the blocks are host-readable or mirrored.
+  bool host_side() const { return backend_ == nullptr || backend_->host_accessible() || mirrored_; }
 
   int64_t block_bytes() const { return block_bytes_; }
   int64_t used() const { return used_; }

@@ -398,33 +398,88 @@ void HybridKv::append_host_row(Layer& l, const float* k_row, const float* v_row,
 void HybridKv::evict_oldest(Layer& l) {
   TANDEM_CHECK(!l.window.empty() && l.window_tokens >= cfg_.block, "evict from a short window");
   const int32_t id = l.window.front(), b = cfg_.block, d = shape_.head_dim, hkv = shape_.n_head_kv;
-  // From the host side of the block: no device read (a mirrored block is already on the host).
   const int64_t row_bytes = int64_t{hkv} * d * dtype_size(layout_.dtype);
-  const uint8_t *k = mirror_k(id), *v = mirror_v(id);
+  const uint8_t *k = nullptr, *v = nullptr;
+  std::vector<float> zero_maw(static_cast<size_t>(hkv), 0.0f);
+  if (device_.host_side()) {
+    // From the host side of the block: no device read (a mirrored block is already on the host).
+    k = mirror_k(id);
+    v = mirror_v(id);
+  } else {
+    // No mirror (no MAW to keep): the block's K and V come back from the device once, here.
+    const int64_t elems = int64_t{b} * hkv * d;
+    evict_k_.resize(static_cast<size_t>(layout_.dev_kv_bytes()));
+    evict_v_.resize(evict_k_.size());
+    backend_.download(dev_k(id, b).reshape({elems}), TensorView(evict_k_.data(), layout_.dtype,
+                                                               {elems}));
+    backend_.download(dev_v(id, b).reshape({elems}), TensorView(evict_v_.data(), layout_.dtype,
+                                                               {elems}));
+    k = evict_k_.data();
+    v = evict_v_.data();
+  }
   std::vector<float> vrow(row_buf_.size());
   for (int32_t t = 0; t < b; ++t) {
     cpu::row_to_f32(k + t * row_bytes, layout_.dtype, row_buf_.data(), int64_t{hkv} * d);
     cpu::row_to_f32(v + t * row_bytes, layout_.dtype, vrow.data(), int64_t{hkv} * d);
-    append_host_row(l, row_buf_.data(), vrow.data(), dev_maw(id) + int64_t{t} * hkv);
+    append_host_row(l, row_buf_.data(), vrow.data(),
+                    device_.host_side() ? dev_maw(id) + int64_t{t} * hkv : zero_maw.data());
   }
   l.window.pop_front();
   l.window_tokens -= b;
   device_.free(id);
 }
 
-void HybridKv::store(Layer& l, const float* k, const float* v, int64_t n, bool with_maw) {
+void HybridKv::write_device_rows(int32_t id, int32_t slot, int32_t len, int64_t src,
+                                 const float* k, const float* v, const TensorView& k_dev,
+                                 const TensorView& v_dev) {
+  const int32_t hkv = shape_.n_head_kv, d = shape_.head_dim;
+  const int64_t row = int64_t{hkv} * d, es = dtype_size(layout_.dtype);
+  auto rows_of = [&](const TensorView& block) {
+    TensorView t = block;
+    t.data = static_cast<uint8_t*>(block.data) + int64_t{slot} * row * es;
+    t.shape[0] = len;
+    return t;
+  };
+  const TensorView kd = rows_of(dev_k(id, 1)), vd = rows_of(dev_v(id, 1));
+  if (!k_dev.empty()) {  // device to device, converted to the KV dtype on the way
+    backend_.copy(k_dev.slice(src, src + len), kd);
+    backend_.copy(v_dev.slice(src, src + len), vd);
+    return;
+  }
+  TANDEM_CHECK(k != nullptr && v != nullptr, "KV rows without a source");
+  rows_stage_.resize(static_cast<size_t>(2 * len * row * es));
+  uint8_t* ks = rows_stage_.data();
+  uint8_t* vs = ks + len * row * es;
+  cpu::row_from_f32(k + src * row, ks, layout_.dtype, len * row);
+  cpu::row_from_f32(v + src * row, vs, layout_.dtype, len * row);
+  backend_.upload(TensorView(ks, layout_.dtype, {len, hkv, d}), kd);
+  backend_.upload(TensorView(vs, layout_.dtype, {len, hkv, d}), vd);
+}
+
+void HybridKv::store(Layer& l, const float* k, const float* v, const TensorView& k_dev,
+                     const TensorView& v_dev, int64_t n, bool with_maw) {
   const int32_t hkv = shape_.n_head_kv, d = shape_.head_dim, b = cfg_.block;
   const int64_t row = int64_t{hkv} * d, es = dtype_size(layout_.dtype);
+  const bool host_side = device_.host_side();
+  TANDEM_CHECK((k != nullptr && v != nullptr) || (!host_side && cfg_.window > 0),
+               "KV rows needed on the host");
   std::vector<float> zero(static_cast<size_t>(hkv), 0.0f);
   const float* maw = with_maw ? new_maw_.as<float>() : zero.data();
-  // Rows written to the mirror of one device block, uploaded together (mirrored pools only).
+  // A run of rows written to one device block, sent together: uploaded from the mirror
+  // (mirrored pools) or written by write_device_rows (pools without a host side).
   int32_t run_id = -1, run_lo = 0, run_hi = 0;
+  int64_t run_src = 0;
   auto flush = [&] {
-    if (run_id >= 0) upload_rows(run_id, run_lo, run_hi - run_lo);
+    if (run_id >= 0) {
+      if (host_side)
+        upload_rows(run_id, run_lo, run_hi - run_lo);
+      else
+        write_device_rows(run_id, run_lo, run_hi - run_lo, run_src, k, v, k_dev, v_dev);
+    }
     run_id = -1;
   };
-  auto wrote = [&](int32_t id, int32_t slot) {
-    if (!device_.mirrored()) return;
+  auto wrote = [&](int32_t id, int32_t slot, int64_t src) {
+    if (!device_.mirrored() && host_side) return;  // the host wrote the block itself
     if (id == run_id && slot == run_hi) {
       ++run_hi;
       return;
@@ -433,24 +488,29 @@ void HybridKv::store(Layer& l, const float* k, const float* v, int64_t n, bool w
     run_id = id;
     run_lo = slot;
     run_hi = slot + 1;
+    run_src = src;
+  };
+  // Row i into rows slot of a device block: through its host side, or by the run.
+  auto put = [&](int32_t id, int32_t slot, int64_t i) {
+    if (host_side) {
+      cpu::row_from_f32(k + i * row, mirror_k(id) + slot * row * es, layout_.dtype, row);
+      cpu::row_from_f32(v + i * row, mirror_v(id) + slot * row * es, layout_.dtype, row);
+      std::copy_n(maw, hkv, dev_maw(id) + int64_t{slot} * hkv);
+    }
+    wrote(id, slot, i);
   };
   for (int64_t i = 0; i < n; ++i) {
     const int32_t pos = length_ + static_cast<int32_t>(i);
-    const float* kr = k + i * row;
-    const float* vr = v + i * row;
     if (pos < sinks_) {
       if (l.sink < 0) {
         l.sink = device_.alloc();
         TANDEM_REQUIRE(l.sink >= 0, kOutOfMemory, "device KV pool exhausted");
       }
-      cpu::row_from_f32(kr, mirror_k(l.sink) + pos * row * es, layout_.dtype, row);
-      cpu::row_from_f32(vr, mirror_v(l.sink) + pos * row * es, layout_.dtype, row);
-      std::copy_n(maw, hkv, dev_maw(l.sink) + int64_t{pos} * hkv);
-      wrote(l.sink, pos);
+      put(l.sink, pos, i);
       continue;
     }
     if (cfg_.window == 0) {
-      append_host_row(l, kr, vr, maw);
+      append_host_row(l, k + i * row, v + i * row, maw);
       continue;
     }
     if (l.window_tokens + 1 > cfg_.window) {
@@ -463,11 +523,7 @@ void HybridKv::store(Layer& l, const float* k, const float* v, int64_t n, bool w
       l.window.push_back(id);
     }
     const int32_t slot = l.window_tokens - (static_cast<int32_t>(l.window.size()) - 1) * b;
-    const int32_t id = l.window.back();
-    cpu::row_from_f32(kr, mirror_k(id) + slot * row * es, layout_.dtype, row);
-    cpu::row_from_f32(vr, mirror_v(id) + slot * row * es, layout_.dtype, row);
-    std::copy_n(maw, hkv, dev_maw(id) + int64_t{slot} * hkv);
-    wrote(id, slot);
+    put(l.window.back(), slot, i);
     ++l.window_tokens;
   }
   flush();
@@ -552,16 +608,20 @@ void HybridKv::attend(Backend& be, int32_t layer, const TensorView& q, const Ten
   // and an exp per device token and query head, every decode step) and the prompt observation
   // are skipped, and stored tokens get MAW 0.
   const bool maw = cfg_.sparse == SparsePolicy::kHgca;
-  // The host reads q (host attention, MAW, observation), the new k and v (stored through the
-  // host side of the blocks) and the device lse: in place on a host-accessible backend, else
-  // downloaded here, synchronously (with async copies: a side stream behind an event).
+  // The host reads q (host attention, MAW, observation), the new k and v where they are stored
+  // through the host side of the blocks (or go straight to host blocks), and the device lse (MAW):
+  // in place on a host-accessible backend, else downloaded here, synchronously (with async
+  // copies: a side stream behind an event). Without a host side (a device pool without mirror:
+  // full, topk) the new rows are copied on the device and no k or v is downloaded.
   const bool need_q = (host_async && !l.ticket) || (maw && (decode || observe_));
   const float* qh = need_q ? host_readable(be, q, q_stage_) : nullptr;
   // Parallel mode (and layer 0 of ahead mode): the host part starts now, beside the device part.
   if (host_async && !l.ticket) submit_host(l, qh);
 
   device_partial(be, l, q, k, v, q_pos, out);
-  const float* kh = host_readable(be, k, k_stage_);
+  const bool rows_on_host = device_.host_side() || cfg_.window == 0;
+  const float* kh = rows_on_host ? host_readable(be, k, k_stage_) : nullptr;
+  const float* vh = rows_on_host ? host_readable(be, v, v_stage_) : nullptr;
   if (decode && maw) update_maw(l, qh, host_readable(be, out.lse, lse_stage_), kh);
   if (host_async) {
     host_attn_.wait(*l.ticket);
@@ -570,7 +630,7 @@ void HybridKv::attend(Backend& be, int32_t layer, const TensorView& q, const Ten
   } else if (l.host_tokens > 0) {
     host_partial_dense(be, l, q, q_pos, out);  // prefill: exact under every policy
   }
-  store(l, kh, host_readable(be, v, v_stage_), n, decode && maw);
+  store(l, kh, vh, k, v, n, decode && maw);
   if (!decode && observe_ && maw) observe_prompt(l, qh, host_readable(be, out.lse, lse_stage_), n);
 }
 
@@ -581,8 +641,8 @@ void HybridKv::import_kv(Backend& be, int32_t layer, const float* k, const float
   TANDEM_CHECK(layer >= 0 && layer < shape_.n_layer, "layer ", layer);
   Layer& l = layers_[static_cast<size_t>(layer)];
   TANDEM_CHECK(!l.ticket, "import with host work in flight");
-  (void)be;  // rows go through the host side of the blocks (uploaded from the mirror)
-  store(l, k, v, n, false);
+  (void)be;  // rows go through the host side of the blocks, or are uploaded (backend_)
+  store(l, k, v, TensorView(), TensorView(), n, false);
 }
 
 void HybridKv::advance(int32_t n) {

@@ -120,8 +120,16 @@ class HybridKv final : public SequenceKv {
   // The host partial of a decode step merged into out (uploaded first where needed).
   void merge_host(Backend& be, Layer& l, const AttnPartial& out);
   void update_maw(Layer& l, const float* q, const float* lse_dev, const float* k_new);
-  // n rows of k and v ([n, n_head_kv, head_dim] f32, host memory) stored at length_...
-  void store(Layer& l, const float* k, const float* v, int64_t n, bool with_maw);
+  // n rows of k and v ([n, n_head_kv, head_dim] f32) stored at length_...: k, v in host memory
+  // (may be null where the device pool has no host side, the window is not 0 and k_dev, v_dev,
+  // the same rows in backend memory, are given); without a host side, device rows are written
+  // by backend copies from k_dev/v_dev, or converted and uploaded from k/v.
+  void store(Layer& l, const float* k, const float* v, const TensorView& k_dev,
+             const TensorView& v_dev, int64_t n, bool with_maw);
+  // Rows [slot, slot + len) of device block id <- rows [src, src + len) of the step's k and v
+  // (device pools without a host side).
+  void write_device_rows(int32_t id, int32_t slot, int32_t len, int64_t src, const float* k,
+                         const float* v, const TensorView& k_dev, const TensorView& v_dev);
   void append_host_row(Layer& l, const float* k_row_heads, const float* v_row_heads,
                        const float* maw_heads);
   void evict_oldest(Layer& l);
@@ -151,6 +159,7 @@ class HybridKv final : public SequenceKv {
   std::vector<float> row_buf_;   // converted K/V rows
   std::vector<float> q_scaled_;  // update_maw's scale * q
   std::vector<int32_t> page_ids_;  // the device window's blocks, for attention_paged
+  std::vector<uint8_t> evict_k_, evict_v_, rows_stage_;  // device rows passing through the host
   HostStats stats_;
 };
 

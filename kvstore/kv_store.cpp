@@ -64,8 +64,11 @@ KvStore::KvStore(Backend& backend, const KvShape& shape, const KvConfig& cfg, in
     const int64_t per_layer = 1 + (window_tokens + cfg_.block - 1) / cfg_.block + 1;
     dev = std::max<int64_t>(1, per_layer * shape.n_layer * max_sequences);
   }
-  device_ =
-      std::make_unique<BlockPool>(layout_.dev_bytes(), dev, false, MemoryKind::kDevice, &backend_);
+  // Only hgca needs a host copy of the device blocks (its MAW update reads their K every step);
+  // under full and topk a device backend's blocks are written by device copies and read back
+  // only when evicted.
+  device_ = std::make_unique<BlockPool>(layout_.dev_bytes(), dev, false, MemoryKind::kDevice,
+                                        &backend_, cfg_.sparse == SparsePolicy::kHgca);
   const int64_t chunk = std::max<int64_t>(4, (int64_t{32} << 20) / layout_.host_bytes());
   host_ = std::make_unique<BlockPool>(layout_.host_bytes(), chunk, true, MemoryKind::kPinned);
   host_attn_ =

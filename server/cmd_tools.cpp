@@ -201,7 +201,9 @@ int cmd_bench_decode(const std::vector<std::string>& args) {
                                                                  cfg.block))) *
             cfg.block);
       cfg.validate();
-      const KvFootprint per_seq = kv_footprint(shape, cfg, cap, !on_host);
+      // Only hgca keeps a host mirror of the device blocks on a device backend.
+      const KvFootprint per_seq =
+          kv_footprint(shape, cfg, cap, !on_host && !cfg.dense && cfg.sparse == SparsePolicy::kHgca);
       int64_t batch = batch_arg;
       std::string batch_limit = "given";
       if (batch == 0) {

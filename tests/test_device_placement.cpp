@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <catch2/catch.hpp>
+#include <cmath>
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
@@ -346,6 +347,51 @@ TEST_CASE("forward on the fake device equals the CPU backend bit for bit", "[pla
     }
     CHECK(dev.live_allocations() == 0);  // the model and the stores gave back all they took
   }
+}
+
+TEST_CASE("imported KV on the fake device decodes like the CPU backend, bit for bit",
+          "[placement][import]") {
+  const KvShape shape{2, 4, 2, 8, 1.0f / std::sqrt(8.0f)};
+  const int32_t n = 37;
+  std::vector<float> k(n * 16), v(n * 16), q(32), kd(16), vd(16);
+  uint32_t x = 5;
+  for (auto* buf : {&k, &v, &q, &kd, &vd})
+    for (float& e : *buf) {
+      x = x * 1664525u + 1013904223u;
+      e = static_cast<float>(x >> 8) / 8388608.0f - 1.0f;
+    }
+  int32_t pos = n;
+  auto decode = [&](Backend& be, const KvConfig& cfg) {
+    KvStore store(be, shape, cfg, 1, 64);
+    auto seq = store.new_sequence(64);
+    for (int32_t l = 0; l < 2; ++l) seq->import_kv(be, l, k.data(), v.data(), n);
+    seq->advance(n);
+    const BackendBuffer dq = BackendBuffer::upload(be, TensorView(q.data(), DType::kF32, {1, 4, 8}));
+    const BackendBuffer dk = BackendBuffer::upload(be, TensorView(kd.data(), DType::kF32, {1, 2, 8}));
+    const BackendBuffer dv = BackendBuffer::upload(be, TensorView(vd.data(), DType::kF32, {1, 2, 8}));
+    const BackendBuffer dp = BackendBuffer::upload(be, TensorView(&pos, DType::kI32, {1}));
+    const BackendBuffer o(be, DType::kF32, {1, 4, 8}), lse(be, DType::kF32, {1, 4});
+    std::vector<float> out;
+    seq->begin_step(true, false);
+    for (int32_t l = 0; l < 2; ++l) {
+      seq->attend(be, l, dq.view(), dk.view(), dv.view(), dp.view(), {o.view(), lse.view()});
+      std::vector<float> h(32);
+      be.download(o.view(), TensorView(h.data(), DType::kF32, {1, 4, 8}));
+      out.insert(out.end(), h.begin(), h.end());
+    }
+    seq->advance(1);
+    return out;
+  };
+  auto cpu = make_cpu_backend();
+  FakeDevice dev;
+  for (SparsePolicy p : {SparsePolicy::kFull, SparsePolicy::kTopk, SparsePolicy::kHgca})
+    for (DType kv : {DType::kF32, DType::kBF16}) {
+      CAPTURE(policy_name(p), dtype_name(kv));
+      const KvConfig cfg = small_hybrid(8, p, CpuAttnMode::kParallel, kv);
+      const std::vector<float> want = decode(*cpu, cfg), got = decode(dev, cfg);
+      CHECK(std::memcmp(got.data(), want.data(), want.size() * sizeof(float)) == 0);
+    }
+  CHECK(dev.live_allocations() == 0);
 }
 
 TEST_CASE("--device cuda without a GPU is a one-line error, --device auto falls back to the CPU",
