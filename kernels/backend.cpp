@@ -56,6 +56,10 @@ void* Backend::allocate(int64_t bytes) {
 
 void Backend::deallocate(void* p) { std::free(p); }
 
+void* Backend::allocate_host(int64_t bytes) { return Backend::allocate(bytes); }
+
+void Backend::deallocate_host(void* p) { std::free(p); }
+
 void Backend::upload(const TensorView& src, const TensorView& dst) {
   check_copy(src, dst, "upload");
   if (src.data != dst.data && src.nbytes() > 0)
@@ -70,16 +74,25 @@ void Backend::download(const TensorView& src, const TensorView& dst) {
 }
 
 BackendBuffer::BackendBuffer(Backend& backend, DType t, std::initializer_list<int64_t> dims)
-    : mem_(nullptr, Free{&backend}) {
+    : mem_(nullptr, Free{&backend, false}) {
   view_ = TensorView(nullptr, t, dims, backend.memory_kind());
   mem_.reset(backend.allocate(view_.nbytes()));
   view_.data = mem_.get();
 }
 
+BackendBuffer BackendBuffer::host(Backend& backend, DType t, std::initializer_list<int64_t> dims) {
+  BackendBuffer b;
+  b.view_ = TensorView(nullptr, t, dims, backend.host_memory_kind());
+  b.mem_ = std::unique_ptr<void, Free>(backend.allocate_host(b.view_.nbytes()),
+                                       Free{&backend, true});
+  b.view_.data = b.mem_.get();
+  return b;
+}
+
 BackendBuffer BackendBuffer::upload(Backend& backend, const TensorView& host) {
   TANDEM_CHECK(host.contiguous(), "upload of a strided view ", host.describe());
   BackendBuffer b;
-  b.mem_ = std::unique_ptr<void, Free>(backend.allocate(host.nbytes()), Free{&backend});
+  b.mem_ = std::unique_ptr<void, Free>(backend.allocate(host.nbytes()), Free{&backend, false});
   b.view_ = host;
   b.view_.data = b.mem_.get();
   b.view_.memory = backend.memory_kind();

@@ -118,6 +118,13 @@ class Backend {
   // deallocate once no queued op uses it.
   virtual void* allocate(int64_t bytes);
   virtual void deallocate(void* p);
+  // `bytes` of host memory that the host reads and writes in place and that this backend's merge
+  // may read in place too, without an upload: pinned and mapped into the device's address space
+  // on a GPU (host_memory_kind() kPinned), ordinary host memory elsewhere (kHost). 64-byte
+  // aligned; freed with deallocate_host once no queued op reads it.
+  virtual void* allocate_host(int64_t bytes);
+  virtual void deallocate_host(void* p);
+  virtual MemoryKind host_memory_kind() const { return MemoryKind::kHost; }
   // Free and total bytes of the memory allocate() draws from (the host's on the CPU backend).
   virtual MemoryInfo memory_info() const { return host_memory_info(); }
   // dst (backend memory) <- src (host memory): same dtype and element count, both contiguous.
@@ -137,6 +144,9 @@ class BackendBuffer {
   BackendBuffer(Backend& backend, DType t, std::initializer_list<int64_t> dims);
   // A contiguous copy of a host view (same dtype and shape) in the backend's memory.
   static BackendBuffer upload(Backend& backend, const TensorView& host);
+  // Host memory the backend's merge reads in place (Backend::allocate_host), viewed with
+  // host_memory_kind().
+  static BackendBuffer host(Backend& backend, DType t, std::initializer_list<int64_t> dims);
 
   const TensorView& view() const { return view_; }
   template <typename T>
@@ -148,7 +158,13 @@ class BackendBuffer {
  private:
   struct Free {
     Backend* backend;  // value-initialised (null) in an empty buffer
-    void operator()(void* p) const { backend->deallocate(p); }
+    bool host;         // from allocate_host (value-initialised: false)
+    void operator()(void* p) const {
+      if (host)
+        backend->deallocate_host(p);
+      else
+        backend->deallocate(p);
+    }
   };
   std::unique_ptr<void, Free> mem_;
   TensorView view_;

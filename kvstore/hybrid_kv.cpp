@@ -26,9 +26,12 @@ HybridKv::HybridKv(Backend& backend, const KvShape& shape, const KvConfig& cfg,
       host_attn_(host_attn),
       layers_(static_cast<size_t>(shape.n_layer)),
       sinks_(cfg.window == 0 ? 0 : std::min(cfg.sinks, cfg.block)) {
-  for (Layer& l : layers_) {
-    l.host_o = Buffer(DType::kF32, {shape.n_head_q, shape.head_dim});
-    l.host_lse = Buffer(DType::kF32, {shape.n_head_q});
+  const int64_t part = int64_t{shape.n_head_q} * (shape.head_dim + 1);
+  partials_ = BackendBuffer::host(backend, DType::kF32, {shape.n_layer, part});
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    Layer& l = layers_[i];
+    l.host_o = partials_.as<float>() + static_cast<int64_t>(i) * part;
+    l.host_lse = l.host_o + int64_t{shape.n_head_q} * shape.head_dim;
     l.refs.resize(static_cast<size_t>(shape.n_head_kv));
     l.idx.resize(static_cast<size_t>(shape.n_head_kv));
   }
@@ -288,8 +291,8 @@ void HybridKv::submit_host(Layer& l, const float* q_in) {
     }
     stats_.host_entries += l.host_tokens;
     stats_.attended += rows;
-    items.push_back(HostAttnItem{qg, G, l.host_o.as<float>() + int64_t{g} * G * d,
-                                 l.host_lse.as<float>() + int64_t{g} * G, refs});
+    items.push_back(HostAttnItem{qg, G, l.host_o + int64_t{g} * G * d, l.host_lse + int64_t{g} * G,
+                                 refs});
   }
   ++stats_.decode_layers;
   l.ticket = host_attn_.submit(std::move(items));
@@ -580,15 +583,17 @@ void HybridKv::observe_prompt(Layer& l, const float* q, const float* lse, int64_
 }
 
 void HybridKv::merge_host(Backend& be, Layer& l, const AttnPartial& out) {
-  AttnPartial part{l.host_o.view().reshape({1, shape_.n_head_q, shape_.head_dim}),
-                   l.host_lse.view().reshape({1, shape_.n_head_q})};
-  if (!be.host_accessible()) {
+  const MemoryKind mem = partials_.view().memory;
+  AttnPartial part{TensorView(l.host_o, DType::kF32, {1, shape_.n_head_q, shape_.head_dim}, mem),
+                   TensorView(l.host_lse, DType::kF32, {1, shape_.n_head_q}, mem)};
+  // The merge reads the partial in place: host memory on a host-accessible backend, pinned and
+  // mapped on a GPU. The host rewrites it only in a later step, after that step's downloads
+  // have waited for this merge. Plain host memory on a device backend is uploaded first.
+  if (!be.host_accessible() && mem == MemoryKind::kHost) {
     if (part_o_.empty()) {
       part_o_ = BackendBuffer(backend_, DType::kF32, {1, shape_.n_head_q, shape_.head_dim});
       part_lse_ = BackendBuffer(backend_, DType::kF32, {1, shape_.n_head_q});
     }
-    // Synchronous upload for now; the merge could read a mapped pinned partial in place, queued
-    // behind cuda_wait_flag on the flag the host attention publishes.
     be.upload(part.o, part_o_.view());
     be.upload(part.lse, part_lse_.view());
     part = AttnPartial{part_o_.view(), part_lse_.view()};

@@ -82,7 +82,8 @@ class HybridKv final : public SequenceKv {
     int32_t host_tokens = 0;
     // Host partial of a decode step in flight (parallel or ahead), and what its work points to.
     std::optional<HostAttention::Ticket> ticket;
-    Buffer host_o, host_lse;  // [n_head_q, head_dim], [n_head_q]
+    float* host_o = nullptr;    // [n_head_q, head_dim] in partials_
+    float* host_lse = nullptr;  // [n_head_q] in partials_
     // The query the work reads: a copy, since the caller's (e.g. the model's predicted-query
     // buffer in ahead mode) is overwritten by the next layer before this one is merged.
     std::vector<float> host_q;                    // [n_head_q, head_dim]
@@ -159,6 +160,9 @@ class HybridKv final : public SequenceKv {
   std::vector<float> row_buf_;   // converted K/V rows
   std::vector<float> q_scaled_;  // update_maw's scale * q
   std::vector<int32_t> page_ids_;  // the device window's blocks, for attention_paged
+  // The host partials of every layer, [n_layer, n_head_q * (head_dim + 1)]: host memory the
+  // backend's merge reads in place (pinned and mapped on a GPU: no upload).
+  BackendBuffer partials_;
   std::vector<uint8_t> evict_k_, evict_v_, rows_stage_;  // device rows passing through the host
   HostStats stats_;
 };

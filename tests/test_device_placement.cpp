@@ -66,6 +66,17 @@ class FakeDevice final : public Backend {
   void deallocate(void* p) override {
     if (allocs_.erase(p) != 1) throw std::logic_error("fake device: free of a foreign pointer");
   }
+  // "Pinned" host memory: ordinary host memory the merge may read in place, as on a GPU.
+  MemoryKind host_memory_kind() const override { return MemoryKind::kPinned; }
+  void* allocate_host(int64_t bytes) override {
+    void* p = Backend::allocate_host(bytes);
+    pinned_[p] = bytes;
+    return p;
+  }
+  void deallocate_host(void* p) override {
+    if (pinned_.erase(p) != 1) throw std::logic_error("fake device: free of a foreign host pointer");
+    Backend::deallocate_host(p);
+  }
   void upload(const TensorView& src, const TensorView& dst) override {
     on_host(src, "upload source");
     on_device(dst, "upload target");
@@ -149,7 +160,14 @@ class FakeDevice final : public Backend {
     cpu_->attention_paged(q, k, v, pages, q_pos, k_pos0, scale, out);
   }
   void merge(const AttnPartial& a, const AttnPartial& b) override {
-    on_device({&a.o, &a.lse, &b.o, &b.lse}, "merge");
+    on_device({&a.o, &a.lse}, "merge");
+    for (const TensorView* t : {&b.o, &b.lse}) {  // b may be pinned host memory, read in place
+      if (t->memory == MemoryKind::kPinned)
+        in_pinned(*t);
+      else
+        on_device(*t, "merge");
+    }
+    if (b.o.memory == MemoryKind::kPinned) ++pinned_merges_;
     const Open open(*this);
     cpu_->merge(a, b);
   }
@@ -159,7 +177,8 @@ class FakeDevice final : public Backend {
     cpu_->copy(src, dst);
   }
 
-  size_t live_allocations() const { return allocs_.size(); }
+  size_t live_allocations() const { return allocs_.size() + pinned_.size(); }
+  int64_t pinned_merges() const { return pinned_merges_; }
   // Reads one f32 of device memory (for the test of the fault itself).
   float peek(const TensorView& t) const { return *t.as<const float>(); }
   int64_t uploads() const { return uploads_; }
@@ -212,6 +231,15 @@ class FakeDevice final : public Backend {
   void on_device(std::initializer_list<const TensorView*> ts, const char* what) const {
     for (const TensorView* t : ts) on_device(*t, what);
   }
+  void in_pinned(const TensorView& t) const {
+    const auto [lo, hi] = extent(t);
+    auto it = pinned_.upper_bound(const_cast<char*>(lo));
+    const bool inside = it != pinned_.begin() &&
+                        (--it, hi < static_cast<const char*>(it->first) + it->second);
+    if (!inside)
+      throw std::logic_error("fake device: pinned operand " + t.describe() +
+                             " is not inside one pinned allocation");
+  }
   void on_host(const TensorView& t, const std::string& what) const {
     if (t.empty() || t.numel() == 0) return;
     const auto [lo, hi] = extent(t);
@@ -223,7 +251,8 @@ class FakeDevice final : public Backend {
   char* arena_ = nullptr;
   size_t used_ = 0;
   std::map<void*, int64_t> allocs_;
-  int64_t uploads_ = 0, downloads_ = 0, paged_calls_ = 0;
+  std::map<void*, int64_t> pinned_;
+  int64_t uploads_ = 0, downloads_ = 0, paged_calls_ = 0, pinned_merges_ = 0;
 };
 
 using Rows = LogitRows;
@@ -329,12 +358,16 @@ TEST_CASE("forward on the fake device equals the CPU backend bit for bit", "[pla
                        12});
       for (const Case& c : cases) {
         DYNAMIC_SECTION(name << " " << c.label) {
-          const int64_t downloads = dev.downloads(), paged = dev.paged_calls();
+          const int64_t downloads = dev.downloads(), paged = dev.paged_calls(),
+                        pinned = dev.pinned_merges();
           const Rows want = run_sequence(*on_cpu, c.cfg, ref.prompt, ref.decode, c.chunk);
           const Rows got = run_sequence(*on_dev, c.cfg, ref.prompt, ref.decode, c.chunk);
           CHECK(dev.downloads() > downloads);  // at least the logits
           // The device window is attended by one paged call per layer.
           CHECK((dev.paged_calls() > paged) == (!c.cfg.dense && c.cfg.window > 0));
+          // Decode steps with host tokens (windows under the reference sequences' length) merge
+          // their host partials in place from pinned memory.
+          CHECK((dev.pinned_merges() > pinned) == (!c.cfg.dense && c.cfg.window < 64));
           CHECK(bit_equal(got, want));
         }
       }

@@ -114,6 +114,22 @@ class CudaBackend final : public Backend {
   }
   // cudaFree waits for the device, so no queued op still uses the bytes.
   void deallocate(void* p) override { cudaFree(p); }
+  // Pinned, mapped into the device's address space (UVA: the same pointer on both sides), so
+  // the merge kernel reads it in place.
+  void* allocate_host(int64_t bytes) override {
+    void* p = nullptr;
+    const cudaError_t e = cudaHostAlloc(&p, static_cast<size_t>(std::max<int64_t>(bytes, 1)),
+                                        cudaHostAllocMapped | cudaHostAllocPortable);
+    if (e != cudaSuccess) {
+      cudaGetLastError();
+      TANDEM_FAIL(kOutOfMemory, "cannot allocate ", bytes,
+                  " bytes of pinned host memory: ", cudaGetErrorString(e));
+    }
+    return p;
+  }
+  // cudaFreeHost waits for the device, so no queued kernel still reads the bytes.
+  void deallocate_host(void* p) override { cudaFreeHost(p); }
+  MemoryKind host_memory_kind() const override { return MemoryKind::kPinned; }
   MemoryInfo memory_info() const override {
     size_t free = 0, total = 0;
     TANDEM_CUDA_CHECK(cudaMemGetInfo(&free, &total));
