@@ -34,14 +34,12 @@ MemoryInfo host_memory_info() {
 }
 
 TensorView kv_page(const TensorView& kv, const KvPages& pages, size_t i) {
-  TANDEM_CHECK(kv.ndim == 3 && pages.rows > 0 && static_cast<int64_t>(i) < pages.count &&
-                   pages.ids[i] >= 0,
+  TANDEM_CHECK(kv.ndim == 3 && pages.rows > 0 && static_cast<int64_t>(i) < pages.count,
                "kv page ", i, " of ", kv.describe());
   const int64_t t = kv.dim(0), first = static_cast<int64_t>(i) * pages.rows;
   TANDEM_CHECK(first < t, "kv page ", i, " past the span of ", t, " keys");
   TensorView page = kv;
-  page.data = static_cast<char*>(kv.data) +
-              int64_t{pages.ids[i]} * pages.stride * dtype_size(kv.dtype);
+  page.data = static_cast<char*>(kv.data) + pages.offsets[i] * dtype_size(kv.dtype);
   page.shape[0] = std::min<int64_t>(pages.rows, t - first);
   return page;
 }

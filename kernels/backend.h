@@ -40,13 +40,13 @@ struct MemoryInfo {
 MemoryInfo host_memory_info();
 
 // Where the keys of a paged span live (Backend::attention_paged): key j of the span is row
-// j % rows of page ids[j / rows]; page p starts p * stride elements after page 0. Every page but
-// the last holds `rows` keys.
+// j % rows of page j / rows, and page i starts offsets[i] elements after k.data (and v.data):
+// the device window's blocks of one pool, or host blocks wherever they are. Every page but the
+// last holds `rows` keys.
 struct KvPages {
-  const int32_t* ids = nullptr;  // host memory, `count` page ids
+  const int64_t* offsets = nullptr;  // host memory, `count` element offsets (may be negative)
   int64_t count = 0;
-  int32_t rows = 0;    // keys per page
-  int64_t stride = 0;  // elements from one page to the next (K and V alike)
+  int32_t rows = 0;  // keys per page
 };
 
 // The [rows, Hkv, d] view of page i of a paged span of T keys, where kv views the span as if
@@ -91,10 +91,10 @@ class Backend {
   virtual void attention(const TensorView& q, const TensorView& k, const TensorView& v,
                          const TensorView& q_pos, int64_t k_pos0, float scale,
                          const AttnPartial& out) = 0;
-  // attention() over T keys held in pages of one pool (the device window of the hybrid store):
-  // k, v [T, Hkv, d] give the dtype, the shape and the strides within a page, and their data
-  // point at page 0 of the pool (not necessarily one of the span's pages); pages says which
-  // pages hold the keys, in order. One call for the whole span instead of one per page; the
+  // attention() over T keys held in pages (the device window of the hybrid store, its host
+  // blocks): k, v [T, Hkv, d] give the dtype, the shape and the strides within a page, and
+  // their data is the origin of pages.offsets (not necessarily a page of the span); the pages
+  // hold the keys in order. One call for the whole span instead of one per page; the
   // result equals attention() over the keys gathered into one contiguous span (up to the
   // rounding of a different chunking of the online softmax).
   virtual void attention_paged(const TensorView& q, const TensorView& k, const TensorView& v,

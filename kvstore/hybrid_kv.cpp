@@ -15,7 +15,7 @@ namespace tandem {
 
 HybridKv::HybridKv(Backend& backend, const KvShape& shape, const KvConfig& cfg,
                    const BlockLayout& layout, int32_t capacity, BlockPool& device, BlockPool& host,
-                   HostAttention& host_attn)
+                   HostAttention& host_attn, HostSpanStaging& staging)
     : backend_(backend),
       shape_(shape),
       cfg_(cfg),
@@ -25,7 +25,8 @@ HybridKv::HybridKv(Backend& backend, const KvShape& shape, const KvConfig& cfg,
       host_(host),
       host_attn_(host_attn),
       layers_(static_cast<size_t>(shape.n_layer)),
-      sinks_(cfg.window == 0 ? 0 : std::min(cfg.sinks, cfg.block)) {
+      sinks_(cfg.window == 0 ? 0 : std::min(cfg.sinks, cfg.block)),
+      staging_(staging) {
   const int64_t part = int64_t{shape.n_head_q} * (shape.head_dim + 1);
   partials_ = BackendBuffer::host(backend, DType::kF32, {shape.n_layer, part});
   for (size_t i = 0; i < layers_.size(); ++i) {
@@ -185,14 +186,15 @@ void HybridKv::device_partial(Backend& be, Layer& l, const TensorView& q, const 
   if (n_sink > 0)
     add_span(be, q, dev_k(l.sink, n_sink), dev_v(l.sink, n_sink), q_pos, 0, out, first);
   if (!l.window.empty()) {
-    // The window's blocks in one paged call: block ids of the one-chunk device pool index pages
-    // of block_bytes from block 0.
-    page_ids_.assign(l.window.begin(), l.window.end());
+    // The window's blocks in one paged call: the device pool is one chunk, so block id starts
+    // id * block_bytes after block 0.
     const int64_t es = dtype_size(layout_.dtype);
     TANDEM_CHECK(!device_.growable() && device_.block_bytes() % es == 0,
                  "paged device window needs one fixed chunk of whole elements");
-    const KvPages pages{page_ids_.data(), static_cast<int64_t>(page_ids_.size()), cfg_.block,
-                        device_.block_bytes() / es};
+    page_offsets_.clear();
+    for (int32_t id : l.window) page_offsets_.push_back(id * (device_.block_bytes() / es));
+    const KvPages pages{page_offsets_.data(), static_cast<int64_t>(page_offsets_.size()),
+                        cfg_.block};
     AttnPartial part = first ? out : scratch(q.dim(0));
     be.attention_paged(q, dev_k(0, l.window_tokens), dev_v(0, l.window_tokens), pages, q_pos, 0,
                        shape_.scale, part);
@@ -204,32 +206,50 @@ void HybridKv::device_partial(Backend& be, Layer& l, const TensorView& q, const 
 
 void HybridKv::host_partial_dense(Backend& be, Layer& l, const TensorView& q,
                                   const TensorView& q_pos, const AttnPartial& out) {
-  bool first = false;  // out already holds the device partial
-  const int64_t b = cfg_.block, d = shape_.head_dim;
-  for (size_t j = 0; j < l.host.size(); ++j) {
-    const int32_t rows =
-        std::min<int32_t>(cfg_.block, l.host_tokens - static_cast<int32_t>(j) * cfg_.block);
-    // Host blocks are [head][token][channel]: view them as [token, head, channel] by strides.
-    TensorView kv(host_k(l.host[j]), layout_.dtype, {rows, shape_.n_head_kv, d}, host_.memory());
-    kv.stride = {d, b * d, 1, 0};
-    TensorView vv = kv;
-    vv.data = host_v(l.host[j]);
-    if (!be.host_accessible()) {
-      // The whole block uploaded (same layout and strides). The stream orders the next block's
-      // upload after this block's attention.
-      const int64_t elems = int64_t{shape_.n_head_kv} * b * d;
-      if (span_k_.empty()) {
-        span_k_ = BackendBuffer(backend_, layout_.dtype, {elems});
-        span_v_ = BackendBuffer(backend_, layout_.dtype, {elems});
-      }
-      be.upload(TensorView(kv.data, layout_.dtype, {elems}), span_k_.view());
-      be.upload(TensorView(vv.data, layout_.dtype, {elems}), span_v_.view());
-      kv.data = span_k_.view().data;
-      vv.data = span_v_.view().data;
-      kv.memory = vv.memory = span_k_.view().memory;
+  if (l.host.empty()) return;
+  const int64_t b = cfg_.block, d = shape_.head_dim, hkv = shape_.n_head_kv;
+  const int64_t es = dtype_size(layout_.dtype), elems = hkv * b * d;  // one block's K (or V)
+  const int64_t nb = static_cast<int64_t>(l.host.size());
+  // Host blocks are [head][token][channel]: view them as [token, head, channel] by strides, the
+  // pages at their own addresses (host-accessible backend) or uploaded one after the other into
+  // the staging span (device backend); then all host entries in one paged call.
+  TensorView kv(host_k(l.host[0]), layout_.dtype, {l.host_tokens, hkv, d}, host_.memory());
+  kv.stride = {d, b * d, 1, 0};
+  TensorView vv = kv;
+  vv.data = host_v(l.host[0]);
+  page_offsets_.resize(static_cast<size_t>(nb));
+  if (be.host_accessible()) {
+    for (int64_t j = 0; j < nb; ++j) {
+      const int64_t bytes = host_k(l.host[static_cast<size_t>(j)]) - host_k(l.host[0]);
+      TANDEM_CHECK(bytes % es == 0, "host blocks not element-aligned");
+      page_offsets_[static_cast<size_t>(j)] = bytes / es;
     }
-    add_span(be, q, kv, vv, q_pos, 0, out, first);
+  } else {
+    if (staging_.elems < nb * elems) {
+      const int64_t cap = std::max(nb * elems, staging_.elems * 3 / 2);
+      staging_.k = BackendBuffer();  // free the old span before taking the new one
+      staging_.v = BackendBuffer();
+      staging_.elems = 0;
+      staging_.k = BackendBuffer(backend_, layout_.dtype, {cap});
+      staging_.v = BackendBuffer(backend_, layout_.dtype, {cap});
+      staging_.elems = cap;
+    }
+    for (int64_t j = 0; j < nb; ++j) {
+      const size_t id = static_cast<size_t>(l.host[static_cast<size_t>(j)]);
+      be.upload(TensorView(host_k(static_cast<int32_t>(id)), layout_.dtype, {elems}),
+                staging_.k.view().slice(j * elems, (j + 1) * elems));
+      be.upload(TensorView(host_v(static_cast<int32_t>(id)), layout_.dtype, {elems}),
+                staging_.v.view().slice(j * elems, (j + 1) * elems));
+      page_offsets_[static_cast<size_t>(j)] = j * elems;
+    }
+    kv.data = staging_.k.view().data;
+    vv.data = staging_.v.view().data;
+    kv.memory = vv.memory = staging_.k.view().memory;
   }
+  const KvPages pages{page_offsets_.data(), nb, cfg_.block};
+  const AttnPartial part = scratch(q.dim(0));  // out already holds the device partial
+  be.attention_paged(q, kv, vv, pages, q_pos, 0, shape_.scale, part);
+  be.merge(out, part);
 }
 
 void HybridKv::submit_host(Layer& l, const float* q_in) {

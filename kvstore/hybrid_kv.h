@@ -39,6 +39,15 @@ struct BlockLayout {
   }
 };
 
+// Backend memory that an exact prefill on a device backend uploads a layer's host blocks into,
+// one after the other, to attend them in one paged call. Shared by the sequences of a KvStore
+// (they run one at a time on one stream, so the next upload is ordered after the last read);
+// grows to the largest host part seen.
+struct HostSpanStaging {
+  BackendBuffer k, v;
+  int64_t elems = 0;  // capacity of each, in KV elements
+};
+
 // Counters of the host side, summed over steps, layers and KV heads.
 struct HostStats {
   int64_t host_entries = 0;   // host tokens x KV heads that decode steps could attend
@@ -49,7 +58,8 @@ struct HostStats {
 class HybridKv final : public SequenceKv {
  public:
   HybridKv(Backend& backend, const KvShape& shape, const KvConfig& cfg, const BlockLayout& layout,
-           int32_t capacity, BlockPool& device, BlockPool& host, HostAttention& host_attn);
+           int32_t capacity, BlockPool& device, BlockPool& host, HostAttention& host_attn,
+           HostSpanStaging& staging);
   ~HybridKv() override;
 
   int32_t length() const override { return length_; }
@@ -155,11 +165,12 @@ class HybridKv final : public SequenceKv {
   Buffer new_maw_;
   // Where the host cannot read backend memory: the host partial and one host block (K, V) as
   // uploaded for the backend, and the step's activations as downloaded for the host.
-  BackendBuffer part_o_, part_lse_, span_k_, span_v_;
+  BackendBuffer part_o_, part_lse_;
+  HostSpanStaging& staging_;
   std::vector<float> q_stage_, lse_stage_, k_stage_, v_stage_;
   std::vector<float> row_buf_;   // converted K/V rows
   std::vector<float> q_scaled_;  // update_maw's scale * q
-  std::vector<int32_t> page_ids_;  // the device window's blocks, for attention_paged
+  std::vector<int64_t> page_offsets_;  // pages of an attention_paged call
   // The host partials of every layer, [n_layer, n_head_q * (head_dim + 1)]: host memory the
   // backend's merge reads in place (pinned and mapped on a GPU: no upload).
   BackendBuffer partials_;

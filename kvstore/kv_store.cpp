@@ -78,7 +78,7 @@ KvStore::KvStore(Backend& backend, const KvShape& shape, const KvConfig& cfg, in
 std::unique_ptr<SequenceKv> KvStore::new_sequence(int32_t capacity) {
   if (cfg_.dense) return std::make_unique<DenseKv>(backend_, shape_, capacity);
   return std::make_unique<HybridKv>(backend_, shape_, cfg_, layout_, capacity, *device_, *host_,
-                                    *host_attn_);
+                                    *host_attn_, staging_);
 }
 
 bool KvStore::can_hold(const SequenceKv* seq, int32_t tokens) const {

@@ -40,6 +40,7 @@ class KvStore {
   BlockLayout layout_;
   std::unique_ptr<BlockPool> device_, host_;
   std::unique_ptr<HostAttention> host_attn_;
+  HostSpanStaging staging_;
 };
 
 }  // namespace tandem

@@ -548,7 +548,9 @@ TEST_CASE("attention_paged equals attention over the gathered keys", "[cpu][atte
         q_pos.push_back(static_cast<int32_t>(c.k_pos0 + t_keys - c.n + i));
       if (c.n > 2) q_pos[0] = static_cast<int32_t>(c.k_pos0 + 5);  // sees 6 keys only
       const float scale = 1.0f / std::sqrt(static_cast<float>(c.d));
-      const KvPages pages{c.ids.data(), count, static_cast<int32_t>(c.rows), page * row};
+      std::vector<int64_t> offsets;
+      for (int32_t id : c.ids) offsets.push_back(id * page * row);
+      const KvPages pages{offsets.data(), count, static_cast<int32_t>(c.rows)};
       AttnOut got{Buffer(DType::kF32, {c.n, c.hq, c.d}), Buffer(DType::kF32, {c.n, c.hq})};
       std::fill(got.o.as<float>(), got.o.as<float>() + c.n * c.hq * c.d, std::nanf(""));
       const Buffer pb = i32_buffer(q_pos);
@@ -560,6 +562,22 @@ TEST_CASE("attention_paged equals attention over the gathered keys", "[cpu][atte
           ref_attention(q.val, kval, vval, q_pos, c.k_pos0, scale, c.n, c.hq, c.hkv, t_keys, c.d);
       CHECK(norm_err(got.o.as<float>(), ref.o) < kTol);
       check_lse(got.lse.as<float>(), ref.lse);
+      // The origin at the first page (offsets relative to it, negative for pages below it, as
+      // for host blocks): the same keys, the same bits.
+      {
+        std::vector<int64_t> rel;
+        for (int64_t o : offsets) rel.push_back(o - offsets[0]);
+        const KvPages from_first{rel.data(), count, static_cast<int32_t>(c.rows)};
+        const int64_t es0 = dtype_size(kv);
+        TensorView kf = kview, vf = vview;
+        kf.data = static_cast<char*>(kview.data) + offsets[0] * es0;
+        vf.data = static_cast<char*>(vview.data) + offsets[0] * es0;
+        AttnOut again{Buffer(DType::kF32, {c.n, c.hq, c.d}), Buffer(DType::kF32, {c.n, c.hq})};
+        be->attention_paged(q.view(), kf, vf, from_first, pb.view(), c.k_pos0, scale,
+                            again.partial());
+        CHECK(std::memcmp(again.o.as<float>(), got.o.as<float>(),
+                          static_cast<size_t>(c.n * c.hq * c.d) * sizeof(float)) == 0);
+      }
       // One page: the keys are cut into blocks as in the contiguous span, so the same bits.
       if (count == 1) {
         const AttnOut want =
@@ -568,7 +586,7 @@ TEST_CASE("attention_paged equals attention over the gathered keys", "[cpu][atte
                           static_cast<size_t>(c.n * c.hq * c.d) * sizeof(float)) == 0);
       }
       // A page list that does not cover the span is refused.
-      const KvPages short_pages{c.ids.data(), count - 1, static_cast<int32_t>(c.rows), page * row};
+      const KvPages short_pages{offsets.data(), count - 1, static_cast<int32_t>(c.rows)};
       CHECK_THROWS_AS(be->attention_paged(q.view(), kview, vview, short_pages, pb.view(),
                                           c.k_pos0, scale, got.partial()),
                       Error);

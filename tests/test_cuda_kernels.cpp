@@ -518,7 +518,9 @@ TEST_CASE("cuda: attention_paged over pages of a pool, as the hybrid window uses
       for (int64_t i = 0; i < c.n; ++i) q_pos.push_back(static_cast<int32_t>(t_keys - c.n + i));
       const Buffer pos = i32_buffer(q_pos);
       const float scale = 1.0f / std::sqrt(static_cast<float>(c.d));
-      const KvPages pages{c.ids.data(), count, static_cast<int32_t>(c.rows), page * row};
+      std::vector<int64_t> offsets;
+      for (int32_t id : c.ids) offsets.push_back(id * page * row);
+      const KvPages pages{offsets.data(), count, static_cast<int32_t>(c.rows)};
       Buffer ro(DType::kF32, {c.n, c.hq, c.d}), rl(DType::kF32, {c.n, c.hq});
       cpu().attention_paged(q.view(), TensorView(k.view().data, t, {t_keys, c.hkv, c.d}),
                             TensorView(v.view().data, t, {t_keys, c.hkv, c.d}), pages, pos.view(),

@@ -73,10 +73,10 @@ struct AttnArgs {
   int64_t k_s0, k_s1, v_s0, v_s1;  // strides in elements
   int64_t d, rep;
   float scale;
-  // Paged keys (nullptr: one contiguous span): key j is row j % page_rows of page
-  // pages[j / page_rows], page_stride elements per page.
-  const int32_t* pages = nullptr;
-  int64_t page_rows = 0, page_stride = 0;
+  // Paged keys (nullptr: one contiguous span): key j is row j % page_rows of the page starting
+  // pages[j / page_rows] elements from the span's base.
+  const int64_t* pages = nullptr;
+  int64_t page_rows = 0;
   // Set when the host attention kernel can run the tasks (see attend_group).
   bool group_kernel = false;
   DType kv_dtype = DType::kF32;
@@ -86,7 +86,7 @@ struct AttnArgs {
   int64_t v_off(int64_t j) const { return row_off(j, v_s0); }
   int64_t row_off(int64_t j, int64_t s0) const {
     if (pages == nullptr) return j * s0;
-    return int64_t{pages[j / page_rows]} * page_stride + (j % page_rows) * s0;
+    return pages[j / page_rows] + (j % page_rows) * s0;
   }
   // Keys from j on that are contiguous rows (to the end of j's page).
   int64_t run(int64_t j) const { return pages == nullptr ? std::numeric_limits<int64_t>::max() : page_rows - j % page_rows; }
@@ -290,13 +290,10 @@ void attention_impl(const TensorView& q, const TensorView& k, const TensorView& 
                    out.lse.ndim == 2 && out.lse.dim(0) == n && out.lse.dim(1) == hq,
                "attention out o ", out.o.describe(), " lse ", out.lse.describe());
   if (pages != nullptr) {
-    TANDEM_CHECK(pages->rows > 0 && pages->stride >= 0 &&
-                     pages->count == (t_keys + pages->rows - 1) / pages->rows &&
-                     (pages->ids != nullptr || pages->count == 0),
+    TANDEM_CHECK(pages->rows > 0 && pages->count == (t_keys + pages->rows - 1) / pages->rows &&
+                     (pages->offsets != nullptr || pages->count == 0),
                  "attention pages: ", pages->count, " pages of ", pages->rows, " rows for ",
                  t_keys, " keys");
-    for (int64_t i = 0; i < pages->count; ++i)
-      TANDEM_CHECK(pages->ids[i] >= 0, "attention page id ", pages->ids[i]);
   }
   if (n == 0 || hq == 0) return;
   std::vector<int64_t> vis(static_cast<size_t>(n));
@@ -319,9 +316,8 @@ void attention_impl(const TensorView& q, const TensorView& k, const TensorView& 
   a.group_kernel = k.dtype == v.dtype && k.stride[0] == v.stride[0] && d % 8 == 0 &&
                    (hq / hkv == 1 || q.stride[1] == d);
   if (pages != nullptr) {
-    a.pages = pages->ids;
+    a.pages = pages->offsets;
     a.page_rows = pages->rows;
-    a.page_stride = pages->stride;
   }
   switch (k.dtype) {
     case DType::kF32:

@@ -41,16 +41,16 @@ struct AttnParams {
   float* lse;
   int64_t l_s0, l_s1;
   int64_t split_o_stride, split_l_stride;  // between splits (0 when nsplit == 1)
-  // Paged keys (nullptr: one contiguous span): key j is row j % page_rows of page
-  // pages[j / page_rows] (device memory), page_stride elements per page.
-  const int32_t* pages;
-  int64_t page_rows, page_stride;
+  // Paged keys (nullptr: one contiguous span): key j is row j % page_rows of the page starting
+  // pages[j / page_rows] elements from the span's base (device memory).
+  const int64_t* pages;
+  int64_t page_rows;
 };
 
 // Element offset of key j's row (row stride s0) from the span's base.
 __device__ __forceinline__ int64_t key_offset(const AttnParams& p, int64_t j, int64_t s0) {
   if (p.pages == nullptr) return j * s0;
-  return static_cast<int64_t>(p.pages[j / p.page_rows]) * p.page_stride + (j % p.page_rows) * s0;
+  return p.pages[j / p.page_rows] + (j % p.page_rows) * s0;
 }
 
 template <typename TK, typename TV>
@@ -209,7 +209,7 @@ void attention(const TensorView& q, const TensorView& k, const TensorView& v,
   for (const TensorView* t : {&q, &k, &v, &q_pos, &out.o, &out.lse})
     check_device_memory(*t, "attention operand");
   if (pages != nullptr)
-    TANDEM_CHECK(pages->ids != nullptr && pages->rows > 0 && pages->stride >= 0 &&
+    TANDEM_CHECK(pages->offsets != nullptr && pages->rows > 0 &&
                      pages->count == (t_keys + pages->rows - 1) / pages->rows,
                  "attention pages: ", pages->count, " pages of ", pages->rows, " rows for ",
                  t_keys, " keys");
@@ -248,9 +248,8 @@ void attention(const TensorView& q, const TensorView& k, const TensorView& v,
   p.hgroups = static_cast<int32_t>(hgroups);
   p.scale = scale;
   if (pages != nullptr) {
-    p.pages = pages->ids;
+    p.pages = pages->offsets;
     p.page_rows = pages->rows;
-    p.page_stride = pages->stride;
   }
   float* part_o = nullptr;
   float* part_l = nullptr;

@@ -17,10 +17,9 @@ namespace tandem::cuda {
 // pages (optional): the keys live in pages of a pool, as in Backend::attention_paged; k and v
 // then point at page 0 and give the strides within a page.
 struct DevicePages {
-  const int32_t* ids = nullptr;  // device memory, `count` page ids
+  const int64_t* offsets = nullptr;  // device memory, `count` element offsets of the pages
   int64_t count = 0;
-  int64_t rows = 0;    // keys per page
-  int64_t stride = 0;  // elements from one page to the next
+  int64_t rows = 0;  // keys per page
 };
 void attention(const TensorView& q, const TensorView& k, const TensorView& v,
                const TensorView& q_pos, int64_t k_pos0, float scale, const AttnPartial& out,

@@ -73,7 +73,7 @@ class CudaBackend final : public Backend {
                  const AttnPartial& out) override {
     cuda::attention(q, k, v, q_pos, k_pos0, scale, out, num_sms_, ws_, stream_);
   }
-  // The page ids go to a grow-only device table, copied on the stream (from pageable memory the
+  // The page offsets go to a grow-only device table, copied on the stream (from pageable memory the
   // copy returns once staged; the next call's copy is ordered after this call's kernel).
   void attention_paged(const TensorView& q, const TensorView& k, const TensorView& v,
                        const KvPages& pages, const TensorView& q_pos, int64_t k_pos0, float scale,
@@ -85,13 +85,13 @@ class CudaBackend final : public Backend {
       page_table_ = nullptr;
       page_table_cap_ = 0;
       const size_t cap = std::max<size_t>(count * 2, 256);
-      TANDEM_CUDA_CHECK(cudaMalloc(&page_table_, cap * sizeof(int32_t)));
+      TANDEM_CUDA_CHECK(cudaMalloc(&page_table_, cap * sizeof(int64_t)));
       page_table_cap_ = cap;
     }
     if (count > 0)
-      TANDEM_CUDA_CHECK(cudaMemcpyAsync(page_table_, pages.ids, count * sizeof(int32_t),
+      TANDEM_CUDA_CHECK(cudaMemcpyAsync(page_table_, pages.offsets, count * sizeof(int64_t),
                                         cudaMemcpyHostToDevice, stream_));
-    const cuda::DevicePages dp{page_table_, static_cast<int64_t>(count), pages.rows, pages.stride};
+    const cuda::DevicePages dp{page_table_, static_cast<int64_t>(count), pages.rows};
     cuda::attention(q, k, v, q_pos, k_pos0, scale, out, num_sms_, ws_, stream_,
                     count > 0 ? &dp : nullptr);
   }
@@ -158,7 +158,7 @@ class CudaBackend final : public Backend {
   cudaStream_t stream() const { return stream_; }
 
  private:
-  int32_t* page_table_ = nullptr;  // attention_paged's page ids
+  int64_t* page_table_ = nullptr;  // attention_paged's page offsets
   size_t page_table_cap_ = 0;
 
   static void check_copy(const TensorView& src, const TensorView& dst, const char* what) {
