@@ -5,8 +5,11 @@
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include <tbb/parallel_for.h>
+
 #include <algorithm>
 #include <chrono>
+#include <exception>
 #include <ctime>
 
 namespace tandem {
@@ -67,7 +70,6 @@ Engine::Engine(Model& model, const Tokenizer& tokenizer, KvStore& store,
   // a text's first token does not strip it from the piece.
   const std::vector<int32_t> primer = tokenizer.encode("a", false, false);
   if (!primer.empty()) piece_primer_ = primer.back();
-  row_.resize(static_cast<size_t>(vocab_));
   logprobs_.resize(static_cast<size_t>(vocab_));
   publish(0, 0, 0, 0, 0, false);
   thread_ = std::thread([this] { loop(); });
@@ -250,12 +252,30 @@ void Engine::step() {
 
   int64_t generated = 0;
   const float* rows = logits.as<const float>();
+  // Sampling, one task per sequence: each sequence's sampler has its own generator, so the
+  // tokens do not depend on which thread draws them. With top-p over a large vocabulary a draw
+  // can take milliseconds; the rest (logprobs, detokenising, streaming) stays on this thread.
+  std::vector<int32_t> toks(plan.chunks.size(), -1);
+  std::vector<std::exception_ptr> errors(plan.chunks.size());
+  tbb::parallel_for(size_t{0}, plan.chunks.size(), [&](size_t i) {
+    const ScheduledChunk& c = plan.chunks[i];
+    if (!c.last()) return;  // a prefill chunk before the last: nothing to sample
+    try {
+      thread_local std::vector<float> row;
+      const float* raw = rows + static_cast<int64_t>(i) * vocab_;
+      row.assign(raw, raw + vocab_);  // the sampler modifies its row (penalties, temperature)
+      toks[i] = c.seq->sampler.sample(row, c.seq->prompt(), c.seq->output());
+    } catch (...) {
+      errors[i] = std::current_exception();
+    }
+  });
   for (size_t i = 0; i < plan.chunks.size(); ++i) {
     const ScheduledChunk& c = plan.chunks[i];
-    if (!c.last()) continue;  // a prefill chunk before the last: nothing to sample
+    if (!c.last()) continue;
     try {
       ++generated;
-      const FinishReason r = advance(*c.seq, rows + static_cast<int64_t>(i) * vocab_);
+      if (errors[i]) std::rethrow_exception(errors[i]);
+      const FinishReason r = advance(*c.seq, rows + static_cast<int64_t>(i) * vocab_, toks[i]);
       if (r != FinishReason::kNone) retire(c.seq, r);
     } catch (const std::exception& e) {
       logger()->error("request {} failed: {}", c.seq->id, e.what());
@@ -267,10 +287,8 @@ void Engine::step() {
           prompt_tokens, generated, true);
 }
 
-FinishReason Engine::advance(Sequence& seq, const float* logits) {
+FinishReason Engine::advance(Sequence& seq, const float* logits, int32_t tok) {
   const std::span<const float> raw(logits, static_cast<size_t>(vocab_));
-  std::copy(raw.begin(), raw.end(), row_.begin());
-  const int32_t tok = seq.sampler.sample(row_, seq.prompt(), seq.output());
 
   TokenEvent ev;
   ev.tokens.push_back(tok);

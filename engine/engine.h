@@ -84,7 +84,8 @@ class Engine {
   void step();
   // Samples the next token of a sequence whose step ended at the end of its tokens; pushes its
   // event and returns why the sequence finished (kNone: it goes on).
-  FinishReason advance(Sequence& seq, const float* logits);
+  // Appends the sampled token `tok` (drawn from `logits`, the sequence's row) and streams it.
+  FinishReason advance(Sequence& seq, const float* logits, int32_t tok);
   // Ends a sequence that did not finish by itself: pushes the final event (kCancelled or kError).
   void fail(Sequence* seq, FinishReason reason, const std::string& error = {});
   void retire(Sequence* seq, FinishReason reason);  // frees its KV now and counts it
@@ -106,7 +107,7 @@ class Engine {
   Scheduler scheduler_;
   std::unordered_map<int32_t, std::string> pieces_;
   int32_t piece_primer_ = -1;
-  std::vector<float> row_, logprobs_;
+  std::vector<float> logprobs_;
   std::array<int64_t, 5> finished_{};  // by FinishReason, counted here, published per step
 
   // Shared with submitters.

@@ -70,7 +70,9 @@ KvStore::KvStore(Backend& backend, const KvShape& shape, const KvConfig& cfg, in
   device_ = std::make_unique<BlockPool>(layout_.dev_bytes(), dev, false, MemoryKind::kDevice,
                                         &backend_, cfg_.sparse == SparsePolicy::kHgca);
   const int64_t chunk = std::max<int64_t>(4, (int64_t{32} << 20) / layout_.host_bytes());
-  host_ = std::make_unique<BlockPool>(layout_.host_bytes(), chunk, true, MemoryKind::kPinned);
+  // Ordinary host memory (the CPU attention reads it; a device backend gets it by upload): not
+  // tagged pinned, which would let a CUDA op take it as device-readable.
+  host_ = std::make_unique<BlockPool>(layout_.host_bytes(), chunk, true, MemoryKind::kHost);
   host_attn_ =
       std::make_unique<HostAttention>(cfg_.cpu_threads, shape.head_dim, shape.scale, cfg_.kv_dtype);
 }

@@ -14,8 +14,8 @@ namespace tandem::cuda {
 // When (n x kv heads) is too small to fill the device the keys are split into chunks whose
 // partials go to `ws` and are merged with merge_element (the rule of merge_partial_row).
 // num_sms: multiprocessors of the device (sizes the split).
-// pages (optional): the keys live in pages of a pool, as in Backend::attention_paged; k and v
-// then point at page 0 and give the strides within a page.
+// pages (optional): the keys live in pages, as in Backend::attention_paged; k and v then point
+// at the origin of the page offsets and give the strides within a page.
 struct DevicePages {
   const int64_t* offsets = nullptr;  // device memory, `count` element offsets of the pages
   int64_t count = 0;

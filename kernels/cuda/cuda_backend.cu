@@ -78,10 +78,16 @@ class CudaBackend final : public Backend {
   void attention_paged(const TensorView& q, const TensorView& k, const TensorView& v,
                        const KvPages& pages, const TensorView& q_pos, int64_t k_pos0, float scale,
                        const AttnPartial& out) override {
-    TANDEM_CHECK(pages.count >= 0, "attention_paged: ", pages.count, " pages");
+    const int64_t t_keys = k.ndim == 3 ? k.dim(0) : -1;
+    TANDEM_CHECK(pages.rows > 0 && t_keys >= 0 &&
+                     pages.count == (t_keys + pages.rows - 1) / pages.rows &&
+                     (pages.offsets != nullptr || pages.count == 0),
+                 "attention_paged: ", pages.count, " pages of ", pages.rows, " rows for ",
+                 k.describe());
     const size_t count = static_cast<size_t>(pages.count);
     if (count > page_table_cap_) {
-      if (page_table_ != nullptr) TANDEM_CUDA_CHECK(cudaFree(page_table_));  // waits for the device
+      synchronize();  // no queued kernel may still read the old table
+      if (page_table_ != nullptr) TANDEM_CUDA_CHECK(cudaFree(page_table_));
       page_table_ = nullptr;
       page_table_cap_ = 0;
       const size_t cap = std::max<size_t>(count * 2, 256);
@@ -112,8 +118,11 @@ class CudaBackend final : public Backend {
     }
     return p;
   }
-  // cudaFree waits for the device, so no queued op still uses the bytes.
-  void deallocate(void* p) override { cudaFree(p); }
+  // Waits for the stream first, so no queued op still uses the bytes.
+  void deallocate(void* p) override {
+    cudaStreamSynchronize(stream_);
+    cudaFree(p);
+  }
   // Pinned, mapped into the device's address space (UVA: the same pointer on both sides), so
   // the merge kernel reads it in place.
   void* allocate_host(int64_t bytes) override {
@@ -127,8 +136,11 @@ class CudaBackend final : public Backend {
     }
     return p;
   }
-  // cudaFreeHost waits for the device, so no queued kernel still reads the bytes.
-  void deallocate_host(void* p) override { cudaFreeHost(p); }
+  // Waits for the stream first, so no queued kernel still reads the bytes.
+  void deallocate_host(void* p) override {
+    cudaStreamSynchronize(stream_);
+    cudaFreeHost(p);
+  }
   MemoryKind host_memory_kind() const override { return MemoryKind::kPinned; }
   MemoryInfo memory_info() const override {
     size_t free = 0, total = 0;
@@ -136,19 +148,22 @@ class CudaBackend final : public Backend {
     return {static_cast<int64_t>(free), static_cast<int64_t>(total)};
   }
   // From pageable memory the copy returns once the source is staged, so src may be reused; the
-  // stream orders it with the ops around it.
+  // stream orders it with the ops around it. From pinned memory the DMA reads the source when
+  // the stream reaches it, so the call waits for that to keep the contract (src reusable on
+  // return).
   void upload(const TensorView& src, const TensorView& dst) override {
     check_copy(src, dst, "upload");
-    TANDEM_CHECK(dst.memory == MemoryKind::kDevice, "upload to ", dst.describe(),
-                 " in host memory");
+    TANDEM_CHECK(dst.memory == MemoryKind::kDevice && src.memory != MemoryKind::kDevice,
+                 "upload ", src.describe(), " -> ", dst.describe());
     if (src.nbytes() == 0) return;
     TANDEM_CUDA_CHECK(cudaMemcpyAsync(dst.data, src.data, static_cast<size_t>(src.nbytes()),
                                       cudaMemcpyHostToDevice, stream_));
+    if (is_pinned(src.data)) synchronize();
   }
   void download(const TensorView& src, const TensorView& dst) override {
     check_copy(src, dst, "download");
-    TANDEM_CHECK(src.memory == MemoryKind::kDevice, "download from ", src.describe(),
-                 " in host memory");
+    TANDEM_CHECK(src.memory == MemoryKind::kDevice && dst.memory != MemoryKind::kDevice,
+                 "download ", src.describe(), " -> ", dst.describe());
     if (src.nbytes() > 0)
       TANDEM_CUDA_CHECK(cudaMemcpyAsync(dst.data, src.data, static_cast<size_t>(src.nbytes()),
                                         cudaMemcpyDeviceToHost, stream_));
@@ -158,6 +173,16 @@ class CudaBackend final : public Backend {
   cudaStream_t stream() const { return stream_; }
 
  private:
+  // Whether p is page-locked host memory (cudaHostAlloc'd or registered).
+  static bool is_pinned(const void* p) {
+    cudaPointerAttributes attr{};
+    if (cudaPointerGetAttributes(&attr, p) != cudaSuccess) {
+      cudaGetLastError();  // pageable memory may report an error on old drivers: not pinned
+      return false;
+    }
+    return attr.type == cudaMemoryTypeHost;
+  }
+
   int64_t* page_table_ = nullptr;  // attention_paged's page offsets
   size_t page_table_cap_ = 0;
 

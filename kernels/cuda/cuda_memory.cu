@@ -68,6 +68,7 @@ void copy_to_device(const TensorView& src, const TensorView& dst) {
                    dst.contiguous() && dst.memory == MemoryKind::kDevice,
                "copy_to_device ", src.describe(), " -> ", dst.describe());
   if (src.nbytes() == 0) return;
+  device_synchronize();  // no kernel queued on another stream may still read dst
   TANDEM_CUDA_CHECK(
       cudaMemcpy(dst.data, src.data, static_cast<size_t>(src.nbytes()), cudaMemcpyHostToDevice));
   // From pageable memory cudaMemcpy may return before the DMA lands, and the backend's stream
@@ -88,6 +89,7 @@ void copy_to_host(const TensorView& src, const TensorView& dst) {
 void fill_device_bytes(const TensorView& dst, uint8_t byte) {
   TANDEM_CHECK(dst.contiguous() && dst.memory == MemoryKind::kDevice, "fill ", dst.describe());
   if (dst.nbytes() == 0) return;
+  device_synchronize();  // no kernel queued on another stream may still read dst
   TANDEM_CUDA_CHECK(cudaMemset(dst.data, byte, static_cast<size_t>(dst.nbytes())));
   device_synchronize();  // cudaMemset on device memory is asynchronous (legacy default stream)
 }

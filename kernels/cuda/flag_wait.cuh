@@ -10,7 +10,11 @@ namespace tandem::cuda {
 // flag: one i32/u32 in mapped pinned memory (kPinned) or device memory. Work queued on `stream`
 // after this call starts once *flag >= target (unsigned compare), read with system-scope acquire
 // ordering, so whatever the host wrote before publishing the flag is visible to it. A wait
-// longer than timeout_ms traps (the next synchronize reports an error) instead of hanging.
+// longer than timeout_ms traps instead of hanging: a trap is a sticky error that ends the CUDA
+// context (every later call fails), so the timeout is a last resort against a host that never
+// publishes, not a recoverable error. No call that may synchronize the device (cudaFree,
+// workspace growth, a synchronous copy) may be made by the publishing thread between queueing
+// the wait and publishing the flag.
 void wait_flag(const TensorView& flag, uint32_t target, uint32_t timeout_ms, cudaStream_t stream);
 
 }  // namespace tandem::cuda
