@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <functional>
 #include <limits>
 
 #include "kernels/common.h"
@@ -76,12 +78,45 @@ int32_t Sampler::sample(std::span<float> logits, std::span<const int32_t> prompt
   }
 
   if (p.temperature <= 0.0f || p.top_k == 1) return argmax(logits);
+  return draw_impl(logits, [this] { return uniform(); });
+}
 
-  // Candidates: top-k first (partial selection), else every finite logit.
+int32_t Sampler::draw(std::span<float> logits, double u) {
+  if (params_.temperature <= 0.0f || params_.top_k == 1) return argmax(logits);
+  return draw_impl(logits, [u] { return u; });
+}
+
+template <typename Uniform>
+int32_t Sampler::draw_impl(std::span<float> logits, Uniform&& next_uniform) {
+  const int32_t vocab = static_cast<int32_t>(logits.size());
+  const SamplingParams& p = params_;
+  // Candidates: top-k first (partial selection), else every finite logit. For top-k, a floor
+  // first: the k-th largest of the maxima of groups of 64 logits is at most the k-th largest
+  // logit (k groups have a member at least that large), so only logits at or above it can be
+  // among the top k, usually a few times k of them instead of the whole vocabulary. The floor
+  // is compared after the division by the temperature, as the ranking is (division by a
+  // positive number is monotone, also when rounded).
   cand_.clear();
-  for (int32_t t = 0; t < vocab; ++t)
-    if (logits[static_cast<size_t>(t)] != -std::numeric_limits<float>::infinity())
-      cand_.emplace_back(logits[static_cast<size_t>(t)] / p.temperature, t);
+  float floor = -std::numeric_limits<float>::infinity();
+  constexpr int32_t kGroup = 64;
+  if (p.top_k > 0 && static_cast<int64_t>(p.top_k) * kGroup * 4 <= vocab) {
+    group_max_.clear();
+    for (int32_t t0 = 0; t0 < vocab; t0 += kGroup) {
+      float m = -std::numeric_limits<float>::infinity();
+      for (int32_t t = t0; t < std::min(vocab, t0 + kGroup); ++t)
+        m = std::max(m, logits[static_cast<size_t>(t)]);
+      group_max_.push_back(m);
+    }
+    std::nth_element(group_max_.begin(), group_max_.begin() + (p.top_k - 1), group_max_.end(),
+                     std::greater<float>());
+    floor = group_max_[static_cast<size_t>(p.top_k - 1)] / p.temperature;
+  }
+  for (int32_t t = 0; t < vocab; ++t) {
+    const float l = logits[static_cast<size_t>(t)];
+    if (l == -std::numeric_limits<float>::infinity()) continue;
+    const float v = l / p.temperature;
+    if (v >= floor) cand_.emplace_back(v, t);
+  }
   if (cand_.empty()) return argmax(logits);
   auto by_logit = [](const auto& a, const auto& b) {
     return a.first > b.first || (a.first == b.first && a.second < b.second);
@@ -106,34 +141,90 @@ int32_t Sampler::sample(std::span<float> logits, std::span<const int32_t> prompt
     const float cut = p.min_p * top;
     std::erase_if(cand_, [&](const auto& c) { return c.first < cut; });
   }
-  // top-p: the smallest set of most likely tokens whose mass reaches top_p. Sort only a prefix
-  // when it already holds the mass.
+  // The order of the rule is (probability desc, id asc). Nothing is sorted whole: candidates are
+  // grouped by the top 12 bits of their probability (exponent and 4 mantissa bits; for positive
+  // floats the bits order like the values, so every member of a higher group comes first), the
+  // group masses are walked in order, and only the group where a cut falls is sorted. Masses are
+  // summed group by group, so a cut can differ from a sequential sum only when it lies within
+  // rounding of a boundary.
+  constexpr int kBuckets = 4096;
+  auto key = [](float prob) {
+    uint32_t bits;
+    std::memcpy(&bits, &prob, sizeof bits);
+    return static_cast<int>(bits >> 19);  // prob in [0, 1]: at most 0x3F800000 >> 19 = 2032
+  };
+  bucket_mass_.assign(kBuckets, 0.0);
+  bucket_count_.assign(kBuckets, 0);
+  for (const auto& c : cand_) {
+    const int k = key(c.first);
+    bucket_mass_[static_cast<size_t>(k)] += c.first;
+    ++bucket_count_[static_cast<size_t>(k)];
+  }
+  // The members of group k, in the rule's order (a scan of the candidates, then a sort).
+  auto group = [&](int k) {
+    group_.clear();
+    for (const auto& c : cand_)
+      if (key(c.first) == k) group_.push_back(c);
+    std::sort(group_.begin(), group_.end(), by_logit);
+  };
+  // top-p: the smallest prefix of the order whose mass reaches top_p. `cut` is the group where
+  // it ends and `cut_keep` how many of that group's (sorted) members it keeps; every higher
+  // group is kept whole.
+  int cut = -1;
+  size_t cut_keep = 0;
+  double kept = 0;
   if (p.top_p < 1.0f) {
-    size_t prefix = std::min<size_t>(cand_.size(), 256);
-    for (;;) {
-      std::partial_sort(cand_.begin(), cand_.begin() + static_cast<std::ptrdiff_t>(prefix),
-                        cand_.end(), by_logit);
-      double mass = 0;
-      size_t keep = 0;
-      while (keep < prefix && mass < p.top_p) mass += cand_[keep++].first;
-      if (mass >= p.top_p || prefix == cand_.size()) {
-        cand_.resize(std::max<size_t>(keep, 1));
-        break;
+    for (int k = kBuckets - 1; k >= 0; --k) {
+      if (bucket_count_[static_cast<size_t>(k)] == 0) continue;
+      if (kept + bucket_mass_[static_cast<size_t>(k)] < p.top_p) {
+        kept += bucket_mass_[static_cast<size_t>(k)];
+        continue;
       }
-      prefix = cand_.size();  // the short prefix was not enough: sort everything once
+      group(k);
+      while (cut_keep < group_.size() && kept < p.top_p) kept += group_[cut_keep++].first;
+      cut = k;
+      break;
+    }
+    if (cut >= 0) {
+      cut_group_ = group_;
+      cut_group_.resize(cut_keep);
     }
   } else {
-    std::sort(cand_.begin(), cand_.end(), by_logit);  // a fixed order makes draws reproducible
+    for (int k = 0; k < kBuckets; ++k) kept += bucket_mass_[static_cast<size_t>(k)];
   }
-  double total = 0;
-  for (const auto& c : cand_) total += c.first;
-  const double r = uniform() * total;
+  // The draw: the first token of the (kept) order whose cumulative mass exceeds u * kept.
+  const double r = next_uniform() * kept;
   double acc = 0;
-  for (const auto& c : cand_) {
-    acc += c.first;
-    if (r < acc) return c.second;
+  int last_k = -1;  // the lowest kept group walked: its last member if r rounds up to the total
+  for (int k = kBuckets - 1; k >= std::max(cut, 0); --k) {
+    if (bucket_count_[static_cast<size_t>(k)] == 0) continue;
+    const bool partial = k == cut;
+    const double m = partial ? [&] {
+      double s2 = 0;
+      for (const auto& c : cut_group_) s2 += c.first;
+      return s2;
+    }()
+                             : bucket_mass_[static_cast<size_t>(k)];
+    if (partial ? cut_group_.empty() : false) continue;
+    last_k = k;
+    if (r >= acc + m) {
+      acc += m;
+      continue;
+    }
+    if (!partial) group(k);
+    const auto& members = partial ? cut_group_ : group_;
+    for (const auto& c : members) {
+      acc += c.first;
+      if (r < acc) return c.second;
+    }
   }
-  return cand_.back().second;  // r rounded up to the total
+  // r rounded up to the total: the last kept token.
+  if (last_k == cut && cut >= 0) return cut_group_.back().second;
+  if (last_k >= 0) {
+    group(last_k);
+    return group_.back().second;
+  }
+  return cand_.front().second;
 }
 
 void log_softmax(std::span<const float> logits, std::span<float> out) {

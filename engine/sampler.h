@@ -32,14 +32,25 @@ class Sampler {
   int32_t sample(std::span<float> logits, std::span<const int32_t> prompt,
                  std::span<const int32_t> output);
 
+  // The rule after the penalties (greedy, or temperature -> top-k -> softmax -> min-p -> top-p
+  // -> draw) with a given uniform number u in [0, 1) instead of the generator: what sample()
+  // does with its next draw (for tests and for parity with the GPU sampler).
+  int32_t draw(std::span<float> logits, double u);
+
   const SamplingParams& params() const { return params_; }
 
  private:
   double uniform();  // [0, 1), portable (no std::uniform_real_distribution differences)
+  template <typename Uniform>
+  int32_t draw_impl(std::span<float> logits, Uniform&& next_uniform);
 
   SamplingParams params_;
   std::mt19937_64 rng_;
   std::vector<std::pair<float, int32_t>> cand_;  // scratch
+  std::vector<float> group_max_;                 // scratch of the top-k floor
+  std::vector<double> bucket_mass_;              // scratch of the ordered walk
+  std::vector<int32_t> bucket_count_;
+  std::vector<std::pair<float, int32_t>> group_, cut_group_;
   std::vector<int32_t> counts_;                  // scratch: output token counts
 };
 

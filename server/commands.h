@@ -25,6 +25,7 @@ int cmd_run(const std::vector<std::string>& args);
 int cmd_serve(const std::vector<std::string>& args);
 int cmd_bench_decode(const std::vector<std::string>& args);
 int cmd_make_model(const std::vector<std::string>& args);
+int cmd_bench_sampler(const std::vector<std::string>& args);
 int cmd_perplexity(const std::vector<std::string>& args);
 int cmd_bench_cpu_attn(const std::vector<std::string>& args);
 int cmd_bench_kernels(const std::vector<std::string>& args);

@@ -35,6 +35,7 @@ void usage(FILE* to = stderr) {
       "                [kv flags]  decode tokens/s by batch and depth (JSON)\n"
       "  make-model    --shape NAME --dtype f32|bf16|f16 --out DIR (random weights, for "
       "benchmarks)\n"
+      "  bench-sampler [--vocab N] [--iters N]  time per draw of the sampler per setting (JSON)\n"
       "  bench         --base-url URL [--endpoint /v1/completions] [--num-prompts N]\n"
       "                [--max-concurrency C] [--request-rate R|inf] [--random-input-len I]\n"
       "                [--random-output-len O] [--save-result FILE] ... (vllm bench serve flags)\n"
@@ -69,6 +70,7 @@ int main(int argc, char** argv) {
     if (cmd == "serve") return cmd_serve(args);
     if (cmd == "bench-decode") return cmd_bench_decode(args);
     if (cmd == "make-model") return cmd_make_model(args);
+    if (cmd == "bench-sampler") return cmd_bench_sampler(args);
     if (cmd == "perplexity") return cmd_perplexity(args);
     if (cmd == "bench-cpu-attn") return cmd_bench_cpu_attn(args);
     if (cmd == "bench-kernels") return cmd_bench_kernels(args);
