@@ -4,13 +4,12 @@
 
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
-
 #include <tbb/parallel_for.h>
 
 #include <algorithm>
 #include <chrono>
-#include <exception>
 #include <ctime>
+#include <exception>
 
 namespace tandem {
 

@@ -51,7 +51,7 @@ class Sampler {
   std::vector<double> bucket_mass_;              // scratch of the ordered walk
   std::vector<int32_t> bucket_count_;
   std::vector<std::pair<float, int32_t>> group_, cut_group_;
-  std::vector<int32_t> counts_;                  // scratch: output token counts
+  std::vector<int32_t> counts_;  // scratch: output token counts
 };
 
 // Natural-log softmax of logits into out (same size); returns the log of the normaliser.

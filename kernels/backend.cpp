@@ -34,8 +34,8 @@ MemoryInfo host_memory_info() {
 }
 
 TensorView kv_page(const TensorView& kv, const KvPages& pages, size_t i) {
-  TANDEM_CHECK(kv.ndim == 3 && pages.rows > 0 && static_cast<int64_t>(i) < pages.count,
-               "kv page ", i, " of ", kv.describe());
+  TANDEM_CHECK(kv.ndim == 3 && pages.rows > 0 && static_cast<int64_t>(i) < pages.count, "kv page ",
+               i, " of ", kv.describe());
   const int64_t t = kv.dim(0), first = static_cast<int64_t>(i) * pages.rows;
   TANDEM_CHECK(first < t, "kv page ", i, " past the span of ", t, " keys");
   TensorView page = kv;
@@ -81,8 +81,8 @@ BackendBuffer::BackendBuffer(Backend& backend, DType t, std::initializer_list<in
 BackendBuffer BackendBuffer::host(Backend& backend, DType t, std::initializer_list<int64_t> dims) {
   BackendBuffer b;
   b.view_ = TensorView(nullptr, t, dims, backend.host_memory_kind());
-  b.mem_ = std::unique_ptr<void, Free>(backend.allocate_host(b.view_.nbytes()),
-                                       Free{&backend, true});
+  b.mem_ =
+      std::unique_ptr<void, Free>(backend.allocate_host(b.view_.nbytes()), Free{&backend, true});
   b.view_.data = b.mem_.get();
   return b;
 }

@@ -1,12 +1,12 @@
 // HybridKv: the two-tier KV cache of one sequence and the hybrid attention over it.
 #include "kvstore/hybrid_kv.h"
 
+#include <tbb/parallel_for.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
-
-#include <tbb/parallel_for.h>
 
 #include "kernels/cpu/simd.h"
 #include "kvstore/selection.h"
@@ -311,8 +311,8 @@ void HybridKv::submit_host(Layer& l, const float* q_in) {
     }
     stats_.host_entries += l.host_tokens;
     stats_.attended += rows;
-    items.push_back(HostAttnItem{qg, G, l.host_o + int64_t{g} * G * d, l.host_lse + int64_t{g} * G,
-                                 refs});
+    items.push_back(
+        HostAttnItem{qg, G, l.host_o + int64_t{g} * G * d, l.host_lse + int64_t{g} * G, refs});
   }
   ++stats_.decode_layers;
   l.ticket = host_attn_.submit(std::move(items));
@@ -330,9 +330,9 @@ void HybridKv::update_maw(Layer& l, const float* q, const float* lse_dev, const 
   auto prob = [&](const float* krow, int32_t g) {
     float best = -std::numeric_limits<float>::infinity();
     for (int32_t h = g * G; h < (g + 1) * G; ++h)
-      best = std::max(best, cpu::dot_f32(q_scaled_.data() + int64_t{h} * d, krow + int64_t{g} * d,
-                                         d) -
-                                lse_dev[h]);
+      best =
+          std::max(best, cpu::dot_f32(q_scaled_.data() + int64_t{h} * d, krow + int64_t{g} * d, d) -
+                             lse_dev[h]);
     return std::exp(best);
   };
   const int64_t row_bytes = int64_t{hkv} * d * dtype_size(layout_.dtype);
@@ -368,8 +368,7 @@ void HybridKv::update_maw(Layer& l, const float* q, const float* lse_dev, const 
               acc[r] = _mm256_fmadd_ps(
                   qv, _mm256_loadu_ps(tile.data() + r * row + int64_t{g} * d + c), acc[r]);
           }
-          best = _mm256_max_ps(best,
-                               _mm256_sub_ps(cpu::reduce8(acc), _mm256_set1_ps(lse_dev[h])));
+          best = _mm256_max_ps(best, _mm256_sub_ps(cpu::reduce8(acc), _mm256_set1_ps(lse_dev[h])));
         }
         alignas(32) float p[8];
         _mm256_store_ps(p, cpu::exp8(best));
@@ -410,7 +409,8 @@ void HybridKv::append_host_row(Layer& l, const float* k_row, const float* v_row,
   for (int32_t g = 0; g < hkv; ++g) {
     uint8_t* kd = host_k(id) + (int64_t{g} * b + slot) * d * es;
     cpu::row_from_f32(k_row + int64_t{g} * d, kd, layout_.dtype, d);
-    cpu::row_from_f32(v_row + int64_t{g} * d, host_v(id) + (int64_t{g} * b + slot) * d * es, layout_.dtype, d);
+    cpu::row_from_f32(v_row + int64_t{g} * d, host_v(id) + (int64_t{g} * b + slot) * d * es,
+                      layout_.dtype, d);
     host_maw(id)[int64_t{g} * b + slot] = maw[g];
     cpu::row_to_f32(kd, layout_.dtype, stored, d);  // the digest bounds the keys as stored
     digest_add(host_kmin(id) + int64_t{g} * d, host_kmax(id) + int64_t{g} * d, stored, d);
@@ -433,10 +433,10 @@ void HybridKv::evict_oldest(Layer& l) {
     const int64_t elems = int64_t{b} * hkv * d;
     evict_k_.resize(static_cast<size_t>(layout_.dev_kv_bytes()));
     evict_v_.resize(evict_k_.size());
-    backend_.download(dev_k(id, b).reshape({elems}), TensorView(evict_k_.data(), layout_.dtype,
-                                                               {elems}));
-    backend_.download(dev_v(id, b).reshape({elems}), TensorView(evict_v_.data(), layout_.dtype,
-                                                               {elems}));
+    backend_.download(dev_k(id, b).reshape({elems}),
+                      TensorView(evict_k_.data(), layout_.dtype, {elems}));
+    backend_.download(dev_v(id, b).reshape({elems}),
+                      TensorView(evict_v_.data(), layout_.dtype, {elems}));
     k = evict_k_.data();
     v = evict_v_.data();
   }
@@ -452,9 +452,8 @@ void HybridKv::evict_oldest(Layer& l) {
   device_.free(id);
 }
 
-void HybridKv::write_device_rows(int32_t id, int32_t slot, int32_t len, int64_t src,
-                                 const float* k, const float* v, const TensorView& k_dev,
-                                 const TensorView& v_dev) {
+void HybridKv::write_device_rows(int32_t id, int32_t slot, int32_t len, int64_t src, const float* k,
+                                 const float* v, const TensorView& k_dev, const TensorView& v_dev) {
   const int32_t hkv = shape_.n_head_kv, d = shape_.head_dim;
   const int64_t row = int64_t{hkv} * d, es = dtype_size(layout_.dtype);
   auto rows_of = [&](const TensorView& block) {
@@ -568,8 +567,9 @@ void HybridKv::observe_prompt(Layer& l, const float* q, const float* lse, int64_
       if (pos > length_ + i) continue;  // a later token of the chunk: not visible to query i
       float p = 0;
       for (int32_t h = g * G; h < (g + 1) * G; ++h)
-        p = std::max(p, std::exp(shape_.scale * cpu::dot_f32(q + (i * shape_.n_head_q + h) * d, key, d) -
-                                 lse[i * shape_.n_head_q + h]));
+        p = std::max(
+            p, std::exp(shape_.scale * cpu::dot_f32(q + (i * shape_.n_head_q + h) * d, key, d) -
+                        lse[i * shape_.n_head_q + h]));
       acc += p;
     }
     return static_cast<float>(acc / static_cast<double>(m)) * rescale;
@@ -659,8 +659,7 @@ void HybridKv::attend(Backend& be, int32_t layer, const TensorView& q, const Ten
   if (!decode && observe_ && maw) observe_prompt(l, qh, host_readable(be, out.lse, lse_stage_), n);
 }
 
-void HybridKv::import_kv(Backend& be, int32_t layer, const float* k, const float* v,
-                         int32_t n) {
+void HybridKv::import_kv(Backend& be, int32_t layer, const float* k, const float* v, int32_t n) {
   TANDEM_REQUIRE(n >= 0 && length_ + n <= capacity_, kInvalidArgument, "importing ", n,
                  " tokens into a sequence of ", length_, " exceeds its KV capacity of ", capacity_);
   TANDEM_CHECK(layer >= 0 && layer < shape_.n_layer, "layer ", layer);

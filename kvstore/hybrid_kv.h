@@ -168,8 +168,8 @@ class HybridKv final : public SequenceKv {
   BackendBuffer part_o_, part_lse_;
   HostSpanStaging& staging_;
   std::vector<float> q_stage_, lse_stage_, k_stage_, v_stage_;
-  std::vector<float> row_buf_;   // converted K/V rows
-  std::vector<float> q_scaled_;  // update_maw's scale * q
+  std::vector<float> row_buf_;         // converted K/V rows
+  std::vector<float> q_scaled_;        // update_maw's scale * q
   std::vector<int64_t> page_offsets_;  // pages of an attention_paged call
   // The host partials of every layer, [n_layer, n_head_q * (head_dim + 1)]: host memory the
   // backend's merge reads in place (pinned and mapped on a GPU: no upload).

@@ -639,6 +639,7 @@ nlohmann::json report_json(const BenchConfig& cfg, const BenchOutcome& out) {
     s["prompt_tokens"] = delta("tandem_prompt_tokens_total");
     s["engine_prompt_tokens"] = delta("tandem_engine_prompt_tokens_total");
     s["cpu_attention_seconds"] = delta("tandem_cpu_attention_seconds_total");
+    s["cpu_attention_wait_seconds"] = delta("tandem_cpu_attention_wait_seconds_total");
     s["preemptions"] = delta("tandem_preemptions_total");
     if (fwd.is_number() && other.is_number()) {
       const double f = fwd.get<double>(), o = other.get<double>();

@@ -118,9 +118,9 @@ DType parse_dtype(const std::string& s) {
 
 int cmd_bench_decode(const std::vector<std::string>& args) {
   using Clock = std::chrono::steady_clock;
-  std::set<std::string> values = {"model", "batch",      "prompt-len", "gen",   "threads",
-                                  "bw-bytes", "depth",   "chunk",      "fill",  "window-frac",
-                                  "reserve-gib"};
+  std::set<std::string> values = {"model",   "batch",       "prompt-len", "gen",
+                                  "threads", "bw-bytes",    "depth",      "chunk",
+                                  "fill",    "window-frac", "reserve-gib"};
   values.insert(kv_value_flags().begin(), kv_value_flags().end());
   const Flags f(args, values, kv_bool_flags());
   const ThreadLimit limit(f.integer("threads", 0, 0, 4096));
@@ -164,11 +164,11 @@ int cmd_bench_decode(const std::vector<std::string>& args) {
   const int32_t chunk = static_cast<int32_t>(f.integer("chunk", 512, 1, 1 << 20));
   // The host read bandwidth is the limit of the CPU backend's decode; on a device it is not.
   const bool on_host = backend->host_accessible();
-  const double bw = on_host ? measure_read_bandwidth_gbs(
-                                  static_cast<size_t>(f.integer("bw-bytes", 1 << 30, 1 << 20,
-                                                                int64_t{1} << 36)),
-                                  limit.threads())
-                            : 0.0;
+  const double bw =
+      on_host ? measure_read_bandwidth_gbs(
+                    static_cast<size_t>(f.integer("bw-bytes", 1 << 30, 1 << 20, int64_t{1} << 36)),
+                    limit.threads())
+              : 0.0;
   const double step_bytes = static_cast<double>(model->matmul_weight_bytes());
   const std::string policy = kv_cfg.dense ? "dense" : std::string(policy_name(kv_cfg.sparse));
 
@@ -198,13 +198,13 @@ int cmd_bench_decode(const std::vector<std::string>& args) {
       KvConfig cfg = kv_cfg;
       if (window_frac > 0)
         cfg.window = static_cast<int32_t>(
-            std::max<int64_t>(1, static_cast<int64_t>(std::ceil(window_frac * (depth + gen) /
-                                                                 cfg.block))) *
+            std::max<int64_t>(
+                1, static_cast<int64_t>(std::ceil(window_frac * (depth + gen) / cfg.block))) *
             cfg.block);
       cfg.validate();
       // Only hgca keeps a host mirror of the device blocks on a device backend.
-      const KvFootprint per_seq =
-          kv_footprint(shape, cfg, cap, !on_host && !cfg.dense && cfg.sparse == SparsePolicy::kHgca);
+      const KvFootprint per_seq = kv_footprint(
+          shape, cfg, cap, !on_host && !cfg.dense && cfg.sparse == SparsePolicy::kHgca);
       int64_t batch = batch_arg;
       std::string batch_limit = "given";
       if (batch == 0) {

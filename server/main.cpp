@@ -42,7 +42,8 @@ void usage(FILE* to = stderr) {
       "  bench-cpu-attn [flags]  host attention bytes/s against memory bandwidth (JSON)\n"
       "  bench-kernels [--iters N] [--reps N]  CUDA merge/attention GB/s vs copy bandwidth (JSON)\n"
       "kv flags: --dense | --sinks N --window N --block N --sparse full|hgca|topk --hgca-beta B\n"
-      "          --topk-blocks K --cpu-attn parallel|ahead --cpu-threads N --kv-dtype f32|bf16|f16\n"
+      "          --topk-blocks K --cpu-attn parallel|ahead --cpu-threads N --kv-dtype "
+      "f32|bf16|f16\n"
       "          --device cpu|cuda|auto (auto: cuda when a GPU is visible and built in)\n",
       to);
 }

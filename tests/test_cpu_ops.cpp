@@ -510,12 +510,18 @@ TEST_CASE("attention_paged equals attention over the gathered keys", "[cpu][atte
     int64_t k_pos0;
   };
   const std::vector<PagedCase> cases = {
-      {1, 8, 2, 64, 16, 3, 16, {5, 2, 7, 0}, 0},         // decode, pages smaller than a key block
-      {1, 4, 4, 128, 64, 0, 10, {1, 0, 3, 2, 4, 9, 8, 7, 6, 5, 11, 10, 12, 13, 14, 15, 16, 17, 19,
-                                  18},
-       0},                                             // decode over 1226 keys: the key split
-      {5, 8, 2, 32, 100, 7, 33, {3, 1, 2}, 200},      // prefill chunk, causal, partly visible
-      {2, 4, 1, 48, 40, 0, 40, {0}, 0},               // one page
+      {1, 8, 2, 64, 16, 3, 16, {5, 2, 7, 0}, 0},  // decode, pages smaller than a key block
+      {1,
+       4,
+       4,
+       128,
+       64,
+       0,
+       10,
+       {1, 0, 3, 2, 4, 9, 8, 7, 6, 5, 11, 10, 12, 13, 14, 15, 16, 17, 19, 18},
+       0},                                        // decode over 1226 keys: the key split
+      {5, 8, 2, 32, 100, 7, 33, {3, 1, 2}, 200},  // prefill chunk, causal, partly visible
+      {2, 4, 1, 48, 40, 0, 40, {0}, 0},           // one page
   };
   uint32_t seed = 900;
   for (DType kv : kFloatTypes)
@@ -556,8 +562,7 @@ TEST_CASE("attention_paged equals attention over the gathered keys", "[cpu][atte
       const Buffer pb = i32_buffer(q_pos);
       const TensorView kview(kp.view().data, kv, {t_keys, c.hkv, c.d});
       const TensorView vview(vp.view().data, kv, {t_keys, c.hkv, c.d});
-      be->attention_paged(q.view(), kview, vview, pages, pb.view(), c.k_pos0, scale,
-                          got.partial());
+      be->attention_paged(q.view(), kview, vview, pages, pb.view(), c.k_pos0, scale, got.partial());
       const RefAttn ref =
           ref_attention(q.val, kval, vval, q_pos, c.k_pos0, scale, c.n, c.hq, c.hkv, t_keys, c.d);
       CHECK(norm_err(got.o.as<float>(), ref.o) < kTol);
@@ -587,8 +592,8 @@ TEST_CASE("attention_paged equals attention over the gathered keys", "[cpu][atte
       }
       // A page list that does not cover the span is refused.
       const KvPages short_pages{offsets.data(), count - 1, static_cast<int32_t>(c.rows)};
-      CHECK_THROWS_AS(be->attention_paged(q.view(), kview, vview, short_pages, pb.view(),
-                                          c.k_pos0, scale, got.partial()),
+      CHECK_THROWS_AS(be->attention_paged(q.view(), kview, vview, short_pages, pb.view(), c.k_pos0,
+                                          scale, got.partial()),
                       Error);
     }
 }

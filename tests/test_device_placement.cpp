@@ -74,7 +74,8 @@ class FakeDevice final : public Backend {
     return p;
   }
   void deallocate_host(void* p) override {
-    if (pinned_.erase(p) != 1) throw std::logic_error("fake device: free of a foreign host pointer");
+    if (pinned_.erase(p) != 1)
+      throw std::logic_error("fake device: free of a foreign host pointer");
     Backend::deallocate_host(p);
   }
   void upload(const TensorView& src, const TensorView& dst) override {
@@ -234,8 +235,8 @@ class FakeDevice final : public Backend {
   void in_pinned(const TensorView& t) const {
     const auto [lo, hi] = extent(t);
     auto it = pinned_.upper_bound(const_cast<char*>(lo));
-    const bool inside = it != pinned_.begin() &&
-                        (--it, hi < static_cast<const char*>(it->first) + it->second);
+    const bool inside =
+        it != pinned_.begin() && (--it, hi < static_cast<const char*>(it->first) + it->second);
     if (!inside)
       throw std::logic_error("fake device: pinned operand " + t.describe() +
                              " is not inside one pinned allocation");
@@ -399,9 +400,12 @@ TEST_CASE("imported KV on the fake device decodes like the CPU backend, bit for 
     auto seq = store.new_sequence(64);
     for (int32_t l = 0; l < 2; ++l) seq->import_kv(be, l, k.data(), v.data(), n);
     seq->advance(n);
-    const BackendBuffer dq = BackendBuffer::upload(be, TensorView(q.data(), DType::kF32, {1, 4, 8}));
-    const BackendBuffer dk = BackendBuffer::upload(be, TensorView(kd.data(), DType::kF32, {1, 2, 8}));
-    const BackendBuffer dv = BackendBuffer::upload(be, TensorView(vd.data(), DType::kF32, {1, 2, 8}));
+    const BackendBuffer dq =
+        BackendBuffer::upload(be, TensorView(q.data(), DType::kF32, {1, 4, 8}));
+    const BackendBuffer dk =
+        BackendBuffer::upload(be, TensorView(kd.data(), DType::kF32, {1, 2, 8}));
+    const BackendBuffer dv =
+        BackendBuffer::upload(be, TensorView(vd.data(), DType::kF32, {1, 2, 8}));
     const BackendBuffer dp = BackendBuffer::upload(be, TensorView(&pos, DType::kI32, {1}));
     const BackendBuffer o(be, DType::kF32, {1, 4, 8}), lse(be, DType::kF32, {1, 4});
     std::vector<float> out;

@@ -284,7 +284,8 @@ TEST_CASE("imported KV attends like the same KV stored by a prefill", "[hybrid][
                         AttnPartial{o.view(), lse.view()});
     prefilled->advance(n);
     auto imported = store.new_sequence(64);
-    for (int32_t l = 0; l < 2; ++l) imported->import_kv(*backend, l, k.as<float>(), v.as<float>(), n);
+    for (int32_t l = 0; l < 2; ++l)
+      imported->import_kv(*backend, l, k.as<float>(), v.as<float>(), n);
     imported->advance(n);
     CHECK(dynamic_cast<HybridKv&>(*imported).host_blocks() ==
           dynamic_cast<HybridKv&>(*prefilled).host_blocks());

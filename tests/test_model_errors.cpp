@@ -5,7 +5,9 @@
 #include <catch2/catch.hpp>
 #include <cstdlib>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <random>
+#include <sstream>
 
 #include "kernels/backend.h"
 #include "models/model.h"
@@ -165,11 +167,12 @@ TEST_CASE("--kv-dtype picks the stored KV type; a bad value is a one-line error"
   for (const char* dt : {"bf16", "f16", "q4"}) {
     CAPTURE(dt);
     const fs::path out = m.dir / "stdout.txt", err = m.dir / "stderr.txt";
-    const std::string cmd = std::string(TANDEM_TANDEM_BIN) + " run --device cpu --model " + model +
-                            " --prompt 'Once upon a time there was a little girl named Lily. She liked to "
-                            "play in the park with her friends every day.' --max-tokens 8" +
-                            " --temperature 0 --window 16 --block 16 --sparse full --kv-dtype " + dt + " > " +
-                            out.string() + " 2> " + err.string();
+    const std::string cmd =
+        std::string(TANDEM_TANDEM_BIN) + " run --device cpu --model " + model +
+        " --prompt 'Once upon a time there was a little girl named Lily. She liked to "
+        "play in the park with her friends every day.' --max-tokens 8" +
+        " --temperature 0 --window 16 --block 16 --sparse full --kv-dtype " + dt + " > " +
+        out.string() + " 2> " + err.string();
     const int status = std::system(cmd.c_str());
     REQUIRE(WIFEXITED(status));
     if (std::string(dt) == "q4") {
@@ -182,4 +185,54 @@ TEST_CASE("--kv-dtype picks the stored KV type; a bad value is a one-line error"
       CHECK(!m.read("stdout.txt").empty());
     }
   }
+}
+
+TEST_CASE("bench-decode --fill import, --window-frac and --batch max", "[cli][bench]") {
+  ScratchModel m("llama-tiny");  // a scratch folder for a random-weight model
+  const std::string bin = TANDEM_TANDEM_BIN;
+  const fs::path model = m.dir / "tiny";
+  REQUIRE(std::system((bin + " make-model --shape tiny --dtype bf16 --out " + model.string() +
+                       " > /dev/null 2>&1")
+                          .c_str()) == 0);
+  auto run = [&](const std::string& flags, std::vector<nlohmann::json>* lines) {
+    const fs::path out = m.dir / "out.txt", err = m.dir / "err.txt";
+    const std::string cmd = bin + " bench-decode --device cpu --model " + model.string() +
+                            " --fill import --depth 300 --gen 3 --bw-bytes 1048576 " + flags +
+                            " > " + out.string() + " 2> " + err.string();
+    const int status = std::system(cmd.c_str());
+    std::istringstream in(m.read("out.txt"));
+    for (std::string l; std::getline(in, l);)
+      if (!l.empty()) lines->push_back(nlohmann::json::parse(l));
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  };
+  std::vector<nlohmann::json> lines;
+  REQUIRE(run("--batch 2,max --window-frac 0.25 --sparse full --cpu-attn parallel --kv-dtype bf16",
+              &lines) == 0);
+  REQUIRE(lines.size() == 2);
+  for (const auto& j : lines) {
+    CHECK(j["fill"] == "import");
+    CHECK(j["window"] == 128);  // 25% of 303 tokens, rounded up to blocks of 64
+    CHECK(j["kv_dtype"] == "bf16");
+    CHECK(j["host_fraction_attended"].get<double>() == 1.0);  // full attends every host entry
+    CHECK(j["host_kv_bytes_per_seq"].get<int64_t>() > 0);
+    CHECK(j["host_wait_ms_per_step"].get<double>() >= 0.0);
+    CHECK(j["decode_tokens_per_s"].get<double>() > 0.0);
+  }
+  CHECK(lines[0]["batch"] == 2);
+  CHECK(lines[0]["batch_limit"] == "given");
+  CHECK(lines[1]["batch_is_max"] == true);
+  CHECK(lines[1]["batch"].get<int64_t>() >= 1);
+  CHECK((lines[1]["batch_limit"] == "host" || lines[1]["batch_limit"] == "cap"));
+  // Window 100%: every token on the device, nothing on the host.
+  lines.clear();
+  REQUIRE(run("--batch 1 --window-frac 1 --sparse full", &lines) == 0);
+  REQUIRE(lines.size() == 1);
+  CHECK(lines[0]["host_kv_bytes_per_seq"] == 0);
+  CHECK(lines[0]["host_fraction_attended"].get<double>() == 0.0);
+  // Not one sequence fits: a one-line error, exit 1.
+  lines.clear();
+  CHECK(run("--batch max --window-frac 0.25 --reserve-gib 1000000", &lines) == 1);
+  CHECK_THAT(m.read("err.txt"), Catch::Contains("not one sequence"));
+  CHECK(run("--fill magic", &lines) == 1);
+  CHECK_THAT(m.read("err.txt"), Catch::Contains("--fill"));
 }

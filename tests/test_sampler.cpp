@@ -179,7 +179,8 @@ int32_t plain_rule(std::vector<float> logits, const SamplingParams& p, double u)
   std::sort(c.begin(), c.end(), [](const auto& a, const auto& b) {
     return a.first > b.first || (a.first == b.first && a.second < b.second);
   });
-  if (p.top_k > 0 && static_cast<size_t>(p.top_k) < c.size()) c.resize(static_cast<size_t>(p.top_k));
+  if (p.top_k > 0 && static_cast<size_t>(p.top_k) < c.size())
+    c.resize(static_cast<size_t>(p.top_k));
   const float mx = c[0].first;
   double sum = 0;
   for (auto& e : c) {
@@ -210,22 +211,22 @@ int32_t plain_rule(std::vector<float> logits, const SamplingParams& p, double u)
 
 }  // namespace
 
-TEST_CASE("the fast top-k floor and top-p prefixes draw what the plain rule draws",
-          "[sampler]") {
+TEST_CASE("the fast top-k floor and top-p prefixes draw what the plain rule draws", "[sampler]") {
   std::mt19937 rng(3);
   std::normal_distribution<float> nd(0.0f, 3.0f);
   std::vector<float> logits(128256);
   for (float& l : logits) l = std::round(nd(rng) * 8.0f) / 8.0f;  // coarse: many ties
-  for (size_t i = 0; i < logits.size(); i += 97) logits[i] = -std::numeric_limits<float>::infinity();
+  for (size_t i = 0; i < logits.size(); i += 97)
+    logits[i] = -std::numeric_limits<float>::infinity();
   struct Case {
     float temperature;
     int32_t top_k;
     float top_p, min_p;
   };
-  for (const Case& c : {Case{0.8f, 50, 1.0f, 0.0f}, Case{1.0f, 7, 1.0f, 0.0f},
-                        Case{0.8f, 0, 0.95f, 0.0f}, Case{1.3f, 0, 0.5f, 0.0f},
-                        Case{0.7f, 40, 0.9f, 0.0f}, Case{1.0f, 0, 0.9f, 0.02f},
-                        Case{0.3f, 500, 0.99f, 0.0f}}) {
+  for (const Case& c :
+       {Case{0.8f, 50, 1.0f, 0.0f}, Case{1.0f, 7, 1.0f, 0.0f}, Case{0.8f, 0, 0.95f, 0.0f},
+        Case{1.3f, 0, 0.5f, 0.0f}, Case{0.7f, 40, 0.9f, 0.0f}, Case{1.0f, 0, 0.9f, 0.02f},
+        Case{0.3f, 500, 0.99f, 0.0f}}) {
     SamplingParams p;
     p.temperature = c.temperature;
     p.top_k = c.top_k;

@@ -332,9 +332,10 @@ TEST_CASE("e2e: every route answers", "[e2e]") {
   for (const char* name :
        {"tandem_num_requests_running", "tandem_num_requests_waiting",
         "tandem_kv_device_blocks_used", "tandem_kv_host_blocks_used",
-        "tandem_cpu_attention_seconds_total", "tandem_cpu_attention_wait_seconds_total", "tandem_step_forward_seconds_total",
-        "tandem_step_other_seconds_total", "tandem_step_other_cpu_seconds_total",
-        "tandem_engine_steps_total", "tandem_prompt_tokens_total", "tandem_generation_tokens_total",
+        "tandem_cpu_attention_seconds_total", "tandem_cpu_attention_wait_seconds_total",
+        "tandem_step_forward_seconds_total", "tandem_step_other_seconds_total",
+        "tandem_step_other_cpu_seconds_total", "tandem_engine_steps_total",
+        "tandem_prompt_tokens_total", "tandem_generation_tokens_total",
         "tandem_time_per_output_token_seconds_count", "tandem_e2e_request_latency_seconds_count"})
     CHECK(m.find(std::string("\n") + name + " ") != std::string::npos);
 

@@ -89,7 +89,9 @@ struct AttnArgs {
     return pages[j / page_rows] + (j % page_rows) * s0;
   }
   // Keys from j on that are contiguous rows (to the end of j's page).
-  int64_t run(int64_t j) const { return pages == nullptr ? std::numeric_limits<int64_t>::max() : page_rows - j % page_rows; }
+  int64_t run(int64_t j) const {
+    return pages == nullptr ? std::numeric_limits<int64_t>::max() : page_rows - j % page_rows;
+  }
 };
 
 // Partial attention of query row i, query heads [g * rep, (g + 1) * rep), over keys [j0, j1) of
@@ -163,7 +165,8 @@ void attend(const AttnArgs& a, int64_t i, int64_t g, int64_t j0, int64_t j1, flo
     int64_t r = 0;
     for (; r + 4 <= rep; r += 4)
       accumulate_v<EV, 4>(vblk, a.v_s0, nb, sc + r * kKeyBlock, o + r * o_hs, o_hs, d);
-    for (; r < rep; ++r) accumulate_v<EV, 1>(vblk, a.v_s0, nb, sc + r * kKeyBlock, o + r * o_hs, o_hs, d);
+    for (; r < rep; ++r)
+      accumulate_v<EV, 1>(vblk, a.v_s0, nb, sc + r * kKeyBlock, o + r * o_hs, o_hs, d);
   }
   for (int64_t r = 0; r < rep; ++r) {
     if (sum[r] == 0.0f) {  // no visible key: the empty partial (o is still 0)
@@ -292,8 +295,8 @@ void attention_impl(const TensorView& q, const TensorView& k, const TensorView& 
   if (pages != nullptr) {
     TANDEM_CHECK(pages->rows > 0 && pages->count == (t_keys + pages->rows - 1) / pages->rows &&
                      (pages->offsets != nullptr || pages->count == 0),
-                 "attention pages: ", pages->count, " pages of ", pages->rows, " rows for ",
-                 t_keys, " keys");
+                 "attention pages: ", pages->count, " pages of ", pages->rows, " rows for ", t_keys,
+                 " keys");
   }
   if (n == 0 || hq == 0) return;
   std::vector<int64_t> vis(static_cast<size_t>(n));

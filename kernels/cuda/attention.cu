@@ -211,8 +211,8 @@ void attention(const TensorView& q, const TensorView& k, const TensorView& v,
   if (pages != nullptr)
     TANDEM_CHECK(pages->offsets != nullptr && pages->rows > 0 &&
                      pages->count == (t_keys + pages->rows - 1) / pages->rows,
-                 "attention pages: ", pages->count, " pages of ", pages->rows, " rows for ",
-                 t_keys, " keys");
+                 "attention pages: ", pages->count, " pages of ", pages->rows, " rows for ", t_keys,
+                 " keys");
   if (n == 0 || hq == 0) return;
 
   const int64_t rep = hq / hkv;

@@ -23,8 +23,7 @@ struct DevicePages {
 };
 void attention(const TensorView& q, const TensorView& k, const TensorView& v,
                const TensorView& q_pos, int64_t k_pos0, float scale, const AttnPartial& out,
-               int num_sms, Workspace& ws, cudaStream_t stream,
-               const DevicePages* pages = nullptr);
+               int num_sms, Workspace& ws, cudaStream_t stream, const DevicePages* pages = nullptr);
 
 inline constexpr int64_t kAttnMaxHeadDim = 256;
 

@@ -79,11 +79,10 @@ class CudaBackend final : public Backend {
                        const KvPages& pages, const TensorView& q_pos, int64_t k_pos0, float scale,
                        const AttnPartial& out) override {
     const int64_t t_keys = k.ndim == 3 ? k.dim(0) : -1;
-    TANDEM_CHECK(pages.rows > 0 && t_keys >= 0 &&
-                     pages.count == (t_keys + pages.rows - 1) / pages.rows &&
-                     (pages.offsets != nullptr || pages.count == 0),
-                 "attention_paged: ", pages.count, " pages of ", pages.rows, " rows for ",
-                 k.describe());
+    TANDEM_CHECK(
+        pages.rows > 0 && t_keys >= 0 && pages.count == (t_keys + pages.rows - 1) / pages.rows &&
+            (pages.offsets != nullptr || pages.count == 0),
+        "attention_paged: ", pages.count, " pages of ", pages.rows, " rows for ", k.describe());
     const size_t count = static_cast<size_t>(pages.count);
     if (count > page_table_cap_) {
       synchronize();  // no queued kernel may still read the old table
@@ -153,8 +152,8 @@ class CudaBackend final : public Backend {
   // return).
   void upload(const TensorView& src, const TensorView& dst) override {
     check_copy(src, dst, "upload");
-    TANDEM_CHECK(dst.memory == MemoryKind::kDevice && src.memory != MemoryKind::kDevice,
-                 "upload ", src.describe(), " -> ", dst.describe());
+    TANDEM_CHECK(dst.memory == MemoryKind::kDevice && src.memory != MemoryKind::kDevice, "upload ",
+                 src.describe(), " -> ", dst.describe());
     if (src.nbytes() == 0) return;
     TANDEM_CUDA_CHECK(cudaMemcpyAsync(dst.data, src.data, static_cast<size_t>(src.nbytes()),
                                       cudaMemcpyHostToDevice, stream_));
