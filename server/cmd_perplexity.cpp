@@ -14,6 +14,7 @@
 #include "models/model.h"
 #include "server/cli.h"
 #include "server/commands.h"
+#include "server/device_check.h"
 #include "server/kv_flags.h"
 
 namespace tandem {
@@ -25,8 +26,10 @@ int cmd_perplexity(const std::vector<std::string>& args) {
   const ThreadLimit limit(f.integer("threads", 0, 0, 4096));
   const std::string dir = f.required("model");
   const KvConfig kv_cfg = parse_kv_flags(f);
-  auto backend = make_backend(f);
-  auto model = Model::load(dir, *backend);
+  LoadedModel loaded = load_model(f, dir, [](const std::string& w) {
+    std::fprintf(stderr, "tandem: warning: %s\n", w.c_str());
+  });
+  auto& model = loaded.model;
   const Tokenizer tok = Tokenizer::load(dir);
   const ModelConfig& c = model->config();
   const int32_t ctx = static_cast<int32_t>(f.integer("ctx", c.max_context, 2, c.max_context));

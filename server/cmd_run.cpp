@@ -8,6 +8,7 @@
 #include "kvstore/kv_store.h"
 #include "server/cli.h"
 #include "server/commands.h"
+#include "server/device_check.h"
 #include "server/kv_flags.h"
 
 namespace tandem {
@@ -23,8 +24,10 @@ int cmd_run(const std::vector<std::string>& args) {
   const KvConfig kv_cfg = parse_kv_flags(f);
   const std::string dir = f.required("model");
   const auto threads = ThreadLimit(f.integer("threads", 0, 0, 4096));
-  auto backend = make_backend(f);
-  auto model = Model::load(dir, *backend);
+  LoadedModel loaded = load_model(f, dir, [](const std::string& w) {
+    std::fprintf(stderr, "tandem: warning: %s\n", w.c_str());
+  });
+  auto& model = loaded.model;
   const Tokenizer tok = Tokenizer::load(dir);
   const ModelConfig& c = model->config();
 

@@ -21,6 +21,7 @@
 #include "server/chat_template.h"
 #include "server/cli.h"
 #include "server/commands.h"
+#include "server/device_check.h"
 #include "server/http_server.h"
 #include "server/kv_flags.h"
 
@@ -160,15 +161,15 @@ int cmd_serve(const std::vector<std::string>& args) {
   const auto threads = ThreadLimit(f.integer("threads", 0, 0, 4096));
   const auto t_load = std::chrono::steady_clock::now();
   log->info("loading {} ...", dir);
-  auto backend = make_backend(f);
-  auto model = Model::load(dir, *backend);
+  LoadedModel loaded = load_model(f, dir, [&](const std::string& w) { log->warn("{}", w); });
+  auto& model = loaded.model;
   const Tokenizer tok = Tokenizer::load(dir);
   const ChatTemplate tmpl = ChatTemplate::from_model_dir(dir);
   const ModelConfig& c = model->config();
   log->info(
       "loaded {} ({} layers, {:.1f}M parameters) on the {} backend in {:.1f} s; chat "
       "template: {}",
-      arch_name(c.arch), c.n_layer, static_cast<double>(c.n_params()) / 1e6, backend->name(),
+      arch_name(c.arch), c.n_layer, static_cast<double>(c.n_params()) / 1e6, loaded.backend->name(),
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t_load).count(),
       tmpl.is_fallback() ? "ChatML fallback" : "the model's");
 

@@ -17,6 +17,7 @@
 #include "models/random_model.h"
 #include "server/cli.h"
 #include "server/commands.h"
+#include "server/device_check.h"
 #include "server/kv_flags.h"
 
 namespace tandem {
@@ -144,8 +145,11 @@ int cmd_bench_decode(const std::vector<std::string>& args) {
                  "--fill must be prefill or import, got \"", fill, "\"");
   const int64_t reserve =
       static_cast<int64_t>(f.number("reserve-gib", 2.0, 0.0, 1e6) * double(int64_t{1} << 30));
-  auto backend = make_backend(f);
-  auto model = Model::load(f.required("model"), *backend);
+  LoadedModel loaded = load_model(f, f.required("model"), [](const std::string& w) {
+    std::fprintf(stderr, "tandem: warning: %s\n", w.c_str());
+  });
+  auto& model = loaded.model;
+  Backend* backend = loaded.backend.get();
   const ModelConfig& c = model->config();
   const KvShape shape = model->kv_shape();
   // --depth: tokens already in the cache when decoding starts (llama-bench -d); each depth is

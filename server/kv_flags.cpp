@@ -9,7 +9,7 @@ namespace tandem {
 const std::set<std::string>& kv_value_flags() {
   static const std::set<std::string> s = {"sinks",     "window",      "block",    "sparse",
                                           "hgca-beta", "topk-blocks", "cpu-attn", "cpu-threads",
-                                          "device",    "maw-alpha",   "kv-dtype"};
+                                          "device",    "maw-alpha",   "kv-dtype", "device-check"};
   return s;
 }
 

@@ -44,7 +44,9 @@ void usage(FILE* to = stderr) {
       "kv flags: --dense | --sinks N --window N --block N --sparse full|hgca|topk --hgca-beta B\n"
       "          --topk-blocks K --cpu-attn parallel|ahead --cpu-threads N --kv-dtype "
       "f32|bf16|f16\n"
-      "          --device cpu|cuda|auto (auto: cuda when a GPU is visible and built in)\n",
+      "          --device cpu|cuda|auto (auto: cuda when a GPU is visible and built in)\n"
+      "          --device-check auto|on|off (auto: with --device auto, a GPU forward pass that\n"
+      "          disagrees with the CPU on a short check falls back to the CPU)\n",
       to);
 }
 

@@ -32,6 +32,7 @@
 #include "kernels/cuda/cuda_backend.h"
 #include "kvstore/kv_store.h"
 #include "models/model.h"
+#include "server/device_check.h"
 #include "tests/test_model_runs.h"
 
 using namespace tandem;
@@ -108,7 +109,7 @@ class FakeDevice final : public Backend {
                 const TensorView& out) override {
     on_device({&x, &w, &out}, "rms_norm");
     const Open open(*this);
-    cpu_->rms_norm(x, w, eps, out);
+    cpu_->rms_norm(x, w, corrupt ? eps + 1.0f : eps, out);
   }
   void layer_norm(const TensorView& x, const TensorView& w, const TensorView& b, float eps,
                   const TensorView& out) override {
@@ -179,6 +180,7 @@ class FakeDevice final : public Backend {
   }
 
   size_t live_allocations() const { return allocs_.size() + pinned_.size(); }
+  bool corrupt = false;  // a wrong rms_norm (eps + 1), for the device check
   int64_t pinned_merges() const { return pinned_merges_; }
   // Reads one f32 of device memory (for the test of the fault itself).
   float peek(const TensorView& t) const { return *t.as<const float>(); }
@@ -431,6 +433,39 @@ TEST_CASE("imported KV on the fake device decodes like the CPU backend, bit for 
   CHECK(dev.live_allocations() == 0);
 }
 
+TEST_CASE("the device check passes a correct device, falls back from a wrong one",
+          "[placement][check]") {
+  const std::string dir = ReferenceLogits::load("llama-tiny").model.string();
+  std::vector<std::string> warnings;
+  auto warn = [&](const std::string& w) { warnings.push_back(w); };
+  {
+    auto dev = std::make_unique<FakeDevice>();
+    LoadedModel m = load_checked(std::move(dev), dir, true, true, warn);
+    CHECK(m.backend->name() == "fake-device");
+    CHECK(compare_with_cpu(*m.model) == 0.0);  // the same CPU ops: the same bits
+    CHECK(warnings.empty());
+  }
+  {
+    auto dev = std::make_unique<FakeDevice>();
+    dev->corrupt = true;
+    LoadedModel m = load_checked(std::move(dev), dir, true, true, warn);
+    CHECK(m.backend->name() == "cpu");  // fell back
+    REQUIRE(warnings.size() == 1);
+    CHECK_THAT(warnings[0], Catch::Contains("forward pass is wrong") &&
+                                Catch::Contains("falling back to the CPU"));
+  }
+  {
+    auto dev = std::make_unique<FakeDevice>();
+    dev->corrupt = true;
+    CHECK_THROWS_WITH(load_checked(std::move(dev), dir, true, false, warn),
+                      Catch::Contains("--device-check"));
+    auto unchecked = std::make_unique<FakeDevice>();
+    unchecked->corrupt = true;
+    LoadedModel m = load_checked(std::move(unchecked), dir, false, true, warn);
+    CHECK(m.backend->name() == "fake-device");  // --device-check off: kept as it is
+  }
+}
+
 TEST_CASE("--device cuda without a GPU is a one-line error, --device auto falls back to the CPU",
           "[placement][cli]") {
   if (cuda_device_info().count > 0) {
@@ -461,5 +496,9 @@ TEST_CASE("--device cuda without a GPU is a one-line error, --device auto falls 
   CHECK(run("auto") == 0);
   CHECK(run("cpu") == 0);
   CHECK(run("gpu") == 1);
+  CHECK(run("auto --device-check off") == 0);
+  CHECK(run("auto --device-check sometimes") == 1);
+  REQUIRE(lines().size() == 1);
+  CHECK(lines()[0].find("--device-check") != std::string::npos);
   std::filesystem::remove(err);
 }
