@@ -1,34 +1,64 @@
 #!/usr/bin/env bash
-# The GPU acceptance run of the CUDA backend, on a machine with an NVIDIA GPU: build (CUDA on),
-# every test (the GPU parity tests must run, not skip), the model on the GPU against the CPU
-# (test_cuda_model), compute-sanitizer memcheck and racecheck on the kernel tests and memcheck on
-# the model test, `tandem bench-kernels`, the decode benchmark of the hybrid store against all KV
-# on the GPU (scripts/bench_hybrid.sh on a random Llama-3.1-8B-shaped model, contexts 4K-32K;
-# skipped with TANDEM_GPU_DECODE_BENCH=0, its arguments replaced by TANDEM_GPU_DECODE_ARGS), and
-# docs/gpu.md with the device and the figures. Fails loudly (exit 1) where no GPU is visible.
+# The GPU acceptance run of the CUDA backend, on a machine with an NVIDIA GPU, in steps:
+#   build     build with CUDA on (build mode only)
+#   ctest     every test of the build, the GPU tests required to run, not skip (build mode only)
+#   kernels   test_cuda_kernels: every kernel against its CPU reference
+#   model     test_cuda_model: the forward pass on the GPU against the CPU backend
+#   sanitize  compute-sanitizer memcheck and racecheck on the kernel tests, memcheck on the model
+#   bench     tandem bench-kernels: merge and attention GB/s against the device's copy bandwidth
+#   decode    scripts/bench_hybrid.sh: decode tokens/s, hybrid vs all KV on the GPU, and the GPU's
+#             wait for the CPU (random Llama-3.1-8B shape, contexts 4K-32K; TANDEM_GPU_DECODE_ARGS
+#             replaces its arguments)
+#   run       tandem run --device cuda on models/tandem-demo against --device cpu (greedy text)
+# Each step writes its result into the results folder (RESULTS/STEP.env, logs beside it); the
+# report, docs/gpu.md (or --report-to FILE), is assembled from every result there, so a GPU
+# session with short calls can run the steps in several calls (--steps), bring the results folder
+# back, and assemble the report anywhere with --report-only. Fails loudly (exit 1) where a step
+# needs a GPU and none is visible.
 #
-#   scripts/gpu_check.sh                  build into build/ (or $TANDEM_BUILD_DIR) and run all
+#   scripts/gpu_check.sh [--steps a,b,...] [--results DIR] [--report-to FILE]
+#                                         build into build/ (or $TANDEM_BUILD_DIR), run the steps
 #   scripts/gpu_check.sh --stage DIR      (any machine, no GPU needed) copy the built
 #                                         test_cuda_kernels, test_cuda_model and tandem and the
-#                                         shared libraries
-#                                         a bare CUDA image lacks (TBB, cpp-httplib, ...) to DIR
-#   scripts/gpu_check.sh --prebuilt DIR   on a GPU machine that cannot install the build
-#                                         dependencies: run the staged binaries of DIR (the
-#                                         kernel and model tests, sanitizers and benchmark, the
-#                                         model test reading tests/fixtures of this checkout; the
-#                                         rest of the suite needs the build tree and is not run)
+#                                         shared libraries a bare CUDA image lacks (TBB,
+#                                         cpp-httplib, ...) to DIR, and DIR.txz (xz-compressed,
+#                                         about 5 MB, to carry to a GPU machine)
+#   scripts/gpu_check.sh --prebuilt DIR|DIR.txz [--steps ...] [--results DIR2]
+#                                         on a GPU machine that cannot install the build
+#                                         dependencies: run the staged binaries of DIR (steps
+#                                         kernels, model, sanitize, bench, decode, run; the model
+#                                         test reads tests/fixtures of this checkout)
+#   scripts/gpu_check.sh --report-only DIR [--report-to FILE]
+#                                         (any machine) assemble the report from results in DIR
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
 build="${TANDEM_BUILD_DIR:-$root/build}"
 mode=build
 dir=""
-case "${1:-}" in
-  --stage) mode=stage; dir="${2:?--stage DIR}" ;;
-  --prebuilt) mode=prebuilt; dir="$(cd "${2:?--prebuilt DIR}" && pwd)" ;;
-  "") ;;
-  *) echo "usage: $0 [--stage DIR | --prebuilt DIR]" >&2; exit 2 ;;
-esac
+steps=""
+results=""
+report_to="docs/gpu.md"
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --stage) mode=stage; dir="${2:?--stage DIR}"; shift 2 ;;
+    --prebuilt)
+      mode=prebuilt
+      dir="${2:?--prebuilt DIR}"
+      if [[ $dir == *.txz ]]; then  # the archive --stage writes: unpacked beside it
+        mkdir -p "${dir%.txz}"
+        tar xJf "$dir" -C "${dir%.txz}"
+        dir="${dir%.txz}"
+      fi
+      dir="$(cd "$dir" && pwd)"
+      shift 2 ;;
+    --report-only) mode=report; results="${2:?--report-only DIR}"; shift 2 ;;
+    --steps) steps="${2:?--steps LIST}"; shift 2 ;;
+    --results) results="${2:?--results DIR}"; shift 2 ;;
+    --report-to) report_to="${2:?--report-to FILE}"; shift 2 ;;
+    *) echo "usage: see the header of $0" >&2; exit 2 ;;
+  esac
+done
 
 if [[ $mode == stage ]]; then
   for exe in test_cuda_kernels test_cuda_model tandem; do
@@ -40,157 +70,185 @@ if [[ $mode == stage ]]; then
   ldd "$build/test_cuda_kernels" "$build/test_cuda_model" "$build/tandem" | awk '$3 ~ /^\// {print $3}' | sort -u |
     grep -Ev '/(libc|libm|libdl|libpthread|librt|libgcc_s|libstdc\+\+|libcuda|libcudart|libcublas|libcublasLt)\.so' |
     while read -r lib; do cp -L "$lib" "$dir/lib/"; done
-  echo "gpu_check: staged in $dir ($(du -sh "$dir" | cut -f1)); run: scripts/gpu_check.sh --prebuilt $dir"
+  # One compressed file as well: the device tool carries at most 64 MiB with the working tree.
+  tar cJf "$dir.txz" -C "$dir" .
+  echo "gpu_check: staged in $dir ($(du -sh "$dir" | cut -f1)) and $dir.txz ($(du -sh "$dir.txz" | cut -f1));"
+  echo "gpu_check: on the GPU machine: scripts/gpu_check.sh --prebuilt $dir (or $dir.txz)"
   exit 0
 fi
 
-if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; then
-  echo "gpu_check: FAILED: no NVIDIA GPU is visible (nvidia-smi missing or finds none)." >&2
-  echo "gpu_check: this script is the GPU acceptance run; on a CPU-only machine use scripts/test.sh" >&2
-  exit 1
-fi
+case $mode in
+  build) all_steps=build,ctest,kernels,model,sanitize,bench,decode,run
+         results="${results:-$build/gpu-check}" ;;
+  prebuilt) all_steps=kernels,model,sanitize,bench,decode,run
+            results="${results:-$dir/gpu-check}" ;;
+  report) all_steps="" ;;
+esac
+steps="${steps:-$all_steps}"
+mkdir -p "$results"
+results="$(cd "$results" && pwd)"
+IFS=, read -ra step_list <<<"$steps"
+for s in "${step_list[@]}"; do
+  [[ ",$all_steps," == *",$s,"* ]] || { echo "gpu_check: no step \"$s\" in $mode mode (steps: $all_steps)" >&2; exit 2; }
+done
 
-log="$(mktemp -d /tmp/tandem-gpu-check.XXXXXX)"
 status=0
-if [[ $mode == build ]]; then
-  scripts/build.sh -DTANDEM_CUDA=ON
-  tests_bin="$build/test_cuda_kernels"
-  model_bin="$build/test_cuda_model"
-  tandem_bin="$build/tandem"
-  if ctest --test-dir "$build" --output-on-failure -j "$(nproc)" 2>&1 | tee "$log/ctest.txt"; then
-    ctest_result="passed"
-  else
-    ctest_result="FAILED"
-    status=1
+if [[ ${#step_list[@]} -gt 0 ]]; then
+  if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; then
+    echo "gpu_check: FAILED: no NVIDIA GPU is visible (nvidia-smi missing or finds none)." >&2
+    echo "gpu_check: this script is the GPU acceptance run; on a CPU-only machine use scripts/test.sh" >&2
+    exit 1
   fi
-  if grep -qE "test_cuda_(kernels|model) .*Skipped" "$log/ctest.txt"; then
-    echo "gpu_check: FAILED: a GPU test was skipped on a machine with a GPU" >&2
-    ctest_result="FAILED (GPU tests skipped)"
-    status=1
-  fi
-  ctest_summary="$(grep -E "tests passed|tests failed" "$log/ctest.txt" | tail -1 || true)"
-else
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | head -1 >"$results/device.txt"
+  git rev-parse --short HEAD >"$results/commit.txt" 2>/dev/null || echo unknown >"$results/commit.txt"
+fi
+if [[ $mode == prebuilt ]]; then
   tests_bin="$dir/test_cuda_kernels"
   model_bin="$dir/test_cuda_model"
   tandem_bin="$dir/tandem"
   export LD_LIBRARY_PATH="$dir/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   export TANDEM_SOURCE_DIR="$root"  # the test models and reference files of this checkout
-  ctest_result="not run (prebuilt binaries: test_cuda_kernels and test_cuda_model only)"
-  ctest_summary=""
+else
+  tests_bin="$build/test_cuda_kernels"
+  model_bin="$build/test_cuda_model"
+  tandem_bin="$build/tandem"
 fi
 
-# A GPU test program on its own, output in $log/NAME.txt: exit 0 required (4 would mean "skipped:
-# no device"). Sets ${NAME}_result and ${NAME}_summary; a failure sets status=1.
+# A step's result: RESULTS/STEP.env holds result=... and summary=... (one line each).
+record() {
+  local step=$1 result=$2 summary=${3:-}
+  printf 'result=%s\nsummary=%s\n' "$result" "$summary" >"$results/$step.env"
+  [[ $result == FAILED* ]] && status=1
+  echo "gpu_check: $step: $result${summary:+ ($summary)}"
+}
+
+# A GPU test program on its own, output in RESULTS/STEP.txt: exit 0 required (4 would mean
+# "skipped: no device").
 run_gpu_test() {
-  local name=$1 bin=$2 rc result
+  local step=$1 bin=$2 rc result
   set +e
-  "$bin" 2>&1 | tee "$log/$name.txt"
+  "$bin" 2>&1 | tee "$results/$step.txt"
   rc=${PIPESTATUS[0]}
   set -e
   case $rc in
     0) result="passed" ;;
-    4) result="FAILED: skipped (the test saw no CUDA device)"; status=1 ;;
-    *) result="FAILED (exit $rc)"; status=1 ;;
+    4) result="FAILED: skipped (the test saw no CUDA device)" ;;
+    *) result="FAILED (exit $rc)" ;;
   esac
-  printf -v "${name}_result" '%s' "$result"
-  printf -v "${name}_summary" '%s' "$(grep -E "All tests passed|test cases" "$log/$name.txt" | tail -1 || true)"
+  record "$step" "$result" "$(grep -E "All tests passed|test cases" "$results/$step.txt" | tail -1 || true)"
 }
 
-run_gpu_test kernels "$tests_bin"  # the kernels against their CPU references
-run_gpu_test model "$model_bin"    # the model on the GPU against the CPU backend (end-to-end logits)
-
-# compute-sanitizer on the kernel tests.
 sanitizer="$(command -v compute-sanitizer || true)"
 [[ -z $sanitizer && -x /usr/local/cuda/bin/compute-sanitizer ]] &&
   sanitizer=/usr/local/cuda/bin/compute-sanitizer
-declare -A san_result
-for tool in memcheck racecheck; do
-  if [[ -z $sanitizer ]]; then
-    san_result[$tool]="not run (compute-sanitizer not found)"
-    continue
-  fi
-  if "$sanitizer" --tool "$tool" --error-exitcode 1 "$tests_bin" >"$log/$tool.txt" 2>&1; then
-    san_result[$tool]="clean ($(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$log/$tool.txt" | tail -1))"
-  else
-    san_result[$tool]="FAILED (see below)"
-    status=1
-  fi
+
+for step in "${step_list[@]}"; do
+  case $step in
+    build)
+      if scripts/build.sh -DTANDEM_CUDA=ON >"$results/build.txt" 2>&1; then record build passed
+      else record build "FAILED: $(tail -1 "$results/build.txt")"; fi ;;
+    ctest)
+      if ctest --test-dir "$build" --output-on-failure -j "$(nproc)" >"$results/ctest.txt" 2>&1; then
+        result=passed
+      else
+        result=FAILED
+      fi
+      if grep -qE "test_cuda_(kernels|model) .*Skipped" "$results/ctest.txt"; then
+        result="FAILED (GPU tests skipped)"
+      fi
+      record ctest "$result" "$(grep -E "tests passed|tests failed" "$results/ctest.txt" | tail -1 || true)" ;;
+    kernels) run_gpu_test kernels "$tests_bin" ;;
+    model) run_gpu_test model "$model_bin" ;;
+    sanitize)
+      if [[ -z $sanitizer ]]; then
+        record sanitize "not run (compute-sanitizer not found)"
+        continue
+      fi
+      summary="" result=clean
+      for tool in memcheck racecheck; do
+        if "$sanitizer" --tool "$tool" --error-exitcode 1 "$tests_bin" >"$results/$tool.txt" 2>&1; then
+          summary+="$tool on the kernel tests: $(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$results/$tool.txt" | tail -1); "
+        else
+          summary+="$tool on the kernel tests FAILED (see $tool.txt); "
+          result=FAILED
+        fi
+      done
+      if "$sanitizer" --tool memcheck --error-exitcode 1 "$model_bin" >"$results/model-memcheck.txt" 2>&1; then
+        summary+="memcheck on the model test: $(grep -E "ERROR SUMMARY" "$results/model-memcheck.txt" | tail -1)"
+      else
+        summary+="memcheck on the model test FAILED (see model-memcheck.txt)"
+        result=FAILED
+      fi
+      record sanitize "$result" "$summary" ;;
+    bench)
+      if "$tandem_bin" bench-kernels >"$results/bench.jsonl" 2>"$results/bench.err"; then record bench ok
+      else record bench "FAILED: $(tail -1 "$results/bench.err")"; fi ;;
+    decode)
+      # shellcheck disable=SC2206  # word splitting of the override is intended
+      decode_args=(${TANDEM_GPU_DECODE_ARGS:---shape llama-3.1-8b --contexts 4096,16384,32768 --batches 1,8,max --gen 16})
+      bench_models="${TANDEM_BENCH_DIR:-$([[ $mode == build ]] && echo "$build" || echo "$dir")/bench-models}"
+      if TANDEM_BIN="$tandem_bin" TANDEM_BENCH_DIR="$bench_models" scripts/bench_hybrid.sh \
+        --device cuda "${decode_args[@]}" --out "$results/decode.jsonl" --md "$results/decode.md" \
+        2>"$results/decode.err"; then
+        record decode ok
+      else
+        record decode "FAILED: $(tail -1 "$results/decode.err")"
+      fi ;;
+    run)
+      run_text() {
+        "$tandem_bin" run --model models/tandem-demo --prompt "Once upon a time" --max-tokens 32 \
+          --temperature 0 --seed 1 --device "$1" 2>"$results/run-$1.err"
+      }
+      if run_text cuda >"$results/run-cuda.txt"; then
+        run_text cpu >"$results/run-cpu.txt" || true
+        if cmp -s "$results/run-cuda.txt" "$results/run-cpu.txt"; then
+          record run "ok (same greedy text as --device cpu)"
+        else
+          record run "ok (greedy text differs from --device cpu, see below)"
+        fi
+      else
+        record run "FAILED: $(tail -1 "$results/run-cuda.err")"
+      fi ;;
+  esac
 done
-if [[ -z $sanitizer ]]; then
-  san_result[model]="not run (compute-sanitizer not found)"
-elif "$sanitizer" --tool memcheck --error-exitcode 1 "$model_bin" >"$log/model-memcheck.txt" 2>&1; then
-  san_result[model]="clean ($(grep -E "ERROR SUMMARY" "$log/model-memcheck.txt" | tail -1))"
-else
-  san_result[model]="FAILED (see below)"
-  status=1
-fi
 
-# Kernel benchmark (validated against the CPU backend before timing).
-if "$tandem_bin" bench-kernels >"$log/bench.jsonl" 2>"$log/bench.err"; then
-  bench_result="ok"
-else
-  bench_result="FAILED: $(tail -1 "$log/bench.err")"
-  status=1
-fi
-
-# Decode throughput, hybrid vs all KV on the GPU, and the GPU's wait for the CPU (issue 7 (b), (c)).
-decode_md="$log/decode.md"
-if [[ ${TANDEM_GPU_DECODE_BENCH:-1} == 0 ]]; then
-  decode_result="not run (TANDEM_GPU_DECODE_BENCH=0)"
-else
-  # shellcheck disable=SC2206  # word splitting of the override is intended
-  decode_args=(${TANDEM_GPU_DECODE_ARGS:---shape llama-3.1-8b --contexts 4096,16384,32768 --batches 1,8,max --gen 16})
-  bench_models="${TANDEM_BENCH_DIR:-$([[ $mode == build ]] && echo "$build" || echo "$dir")/bench-models}"
-  if TANDEM_BIN="$tandem_bin" TANDEM_BENCH_DIR="$bench_models" scripts/bench_hybrid.sh \
-    --device cuda "${decode_args[@]}" --out "$log/decode.jsonl" --md "$decode_md" 2>"$log/decode.err"; then
-    decode_result="ok"
+# ---- The report, from every result in the folder ------------------------------------------------
+res() {  # the result line of a step, or "not run"
+  local f="$results/$1.env"
+  if [[ -f $f ]]; then
+    local r s
+    r="$(sed -n 's/^result=//p' "$f")"
+    s="$(sed -n 's/^summary=//p' "$f")"
+    echo "$r${s:+ ($s)}"
   else
-    decode_result="FAILED: $(tail -1 "$log/decode.err")"
-    status=1
+    echo "not run"
   fi
-fi
-
-# The binary end to end on the GPU: greedy text of the bundled model, --device cuda against
-# --device cpu (exit 0 required; the texts are recorded, equal unless a near-tie flips a token).
-run_text() {
-  "$tandem_bin" run --model models/tandem-demo --prompt "Once upon a time" --max-tokens 32 \
-    --temperature 0 --seed 1 --device "$1" 2>"$log/run-$1.err"
 }
-if text_cuda="$(run_text cuda)"; then
-  text_cpu="$(run_text cpu || true)"
-  if [[ $text_cuda == "$text_cpu" ]]; then run_result="ok (same greedy text as --device cpu)"
-  else run_result="ok (greedy text differs from --device cpu, see below)"; fi
-else
-  run_result="FAILED: $(tail -1 "$log/run-cuda.err")"
-  status=1
-fi
-
-device="$(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | head -1)"
 {
   echo "# CUDA backend on a GPU"
   echo
-  echo "Written by \`scripts/gpu_check.sh\` on $(date -u +%Y-%m-%dT%H:%MZ) at commit"
-  echo "\`$(git rev-parse --short HEAD 2>/dev/null || echo unknown)\`."
+  echo "Written by \`scripts/gpu_check.sh\` on $(date -u +%Y-%m-%dT%H:%MZ) from the results in"
+  echo "\`$(basename "$results")\`, measured at commit \`$(cat "$results/commit.txt" 2>/dev/null || echo unknown)\`."
   echo
-  echo "- Device: $device"
-  echo "- ctest: $ctest_result${ctest_summary:+ ($ctest_summary)}"
-  echo "- test_cuda_kernels (CPU-vs-CUDA parity): $kernels_result${kernels_summary:+ ($kernels_summary)}"
-  echo "- compute-sanitizer memcheck: ${san_result[memcheck]}"
-  echo "- compute-sanitizer racecheck: ${san_result[racecheck]}"
-  echo "- test_cuda_model (forward logits, CUDA vs CPU): $model_result${model_summary:+ ($model_summary)}"
-  echo "- compute-sanitizer memcheck on test_cuda_model: ${san_result[model]}"
-  echo "- tandem bench-kernels: $bench_result"
-  echo "- scripts/bench_hybrid.sh (decode, hybrid vs all-on-GPU): $decode_result"
-  echo "- tandem run --device cuda (models/tandem-demo, greedy): $run_result"
-  echo
-  echo "## Kernel bandwidth"
-  echo
-  echo "Bytes are the fewest each kernel must move (merge: read o_a, o_b, both lse, write o_a and"
-  echo "lse_a; attention: read q, K, V, write o and lse), against the device-to-device copy"
-  echo "bandwidth measured by the same run (bytes read + written)."
-  echo
-  if command -v python3 >/dev/null && [[ -s $log/bench.jsonl ]]; then
-    python3 - "$log/bench.jsonl" <<'EOF'
+  echo "- Device: $(cat "$results/device.txt" 2>/dev/null || echo unknown)"
+  echo "- build: $(res build)"
+  echo "- ctest: $(res ctest)"
+  echo "- test_cuda_kernels (CPU-vs-CUDA parity): $(res kernels)"
+  echo "- test_cuda_model (forward logits, CUDA vs CPU): $(res model)"
+  echo "- compute-sanitizer: $(res sanitize)"
+  echo "- tandem bench-kernels: $(res bench)"
+  echo "- scripts/bench_hybrid.sh (decode, hybrid vs all-on-GPU): $(res decode)"
+  echo "- tandem run --device cuda (models/tandem-demo, greedy): $(res run)"
+  if [[ -s $results/bench.jsonl ]]; then
+    echo
+    echo "## Kernel bandwidth"
+    echo
+    echo "Bytes are the fewest each kernel must move (merge: read o_a, o_b, both lse, write o_a and"
+    echo "lse_a; attention: read q, K, V, write o and lse), against the device-to-device copy"
+    echo "bandwidth measured by the same run (bytes read + written)."
+    echo
+    if command -v python3 >/dev/null; then
+      python3 - "$results/bench.jsonl" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 for r in rows:
@@ -208,59 +266,61 @@ for r in rows:
         continue
     print(f"| {r['bench']} | {shape} | {r['bytes']:.3g} | {r['us']:.1f} | {r['gbs']:.0f} | "
           f"{r['of_copy']:.2f} |")
-EOF
+PY
+    fi
+    echo
+    echo "Raw benchmark output:"
+    echo
+    echo '```json'
+    cat "$results/bench.jsonl"
+    echo '```'
   fi
-  echo
-  echo "Raw benchmark output:"
-  echo
-  echo '```json'
-  cat "$log/bench.jsonl"
-  echo '```'
-  if [[ -s $decode_md ]]; then
+  if [[ -s $results/decode.md ]]; then
     echo
     echo "## Decode: hybrid store vs all KV on the GPU"
     echo
-    cat "$decode_md"
+    cat "$results/decode.md"
     echo
     echo "Raw decode benchmark output:"
     echo
     echo '```json'
-    cat "$log/decode.jsonl"
+    cat "$results/decode.jsonl"
     echo '```'
   fi
-  for tool in memcheck racecheck model-memcheck; do
-    key=$tool
-    [[ $tool == model-memcheck ]] && key=model
-    if [[ ${san_result[$key]} == FAILED* ]]; then
+  for log in memcheck racecheck model-memcheck; do
+    if [[ -f $results/sanitize.env ]] && grep -q "see $log.txt" "$results/sanitize.env"; then
       echo
-      echo "## $tool output (last 60 lines)"
+      echo "## $log output (last 60 lines)"
       echo
       echo '```'
-      tail -60 "$log/$tool.txt"
+      tail -60 "$results/$log.txt"
       echo '```'
     fi
   done
-  if [[ $run_result == *differs* ]]; then
+  if [[ "$(res run)" == *differs* ]]; then
     echo
     echo "## Greedy text, --device cuda then --device cpu"
     echo
     echo '```'
-    echo "$text_cuda"
-    echo "$text_cpu"
+    cat "$results/run-cuda.txt"
+    echo
+    cat "$results/run-cpu.txt"
     echo '```'
   fi
-  if [[ $model_result == FAILED* ]]; then
-    echo
-    echo "## test_cuda_model output (last 60 lines)"
-    echo
-    echo '```'
-    tail -60 "$log/model.txt"
-    echo '```'
-  fi
-} >docs/gpu.md
+  for step in kernels model; do
+    if [[ "$(res $step)" == FAILED* && -f $results/$step.txt ]]; then
+      echo
+      echo "## $step test output (last 60 lines)"
+      echo
+      echo '```'
+      tail -60 "$results/$step.txt"
+      echo '```'
+    fi
+  done
+} >"$report_to"
 
-echo "gpu_check: wrote docs/gpu.md (logs in $log)"
+echo "gpu_check: wrote $report_to (results in $results)"
 if [[ $status -ne 0 ]]; then
-  echo "gpu_check: FAILED (see docs/gpu.md)" >&2
+  echo "gpu_check: FAILED (see $report_to)" >&2
 fi
 exit $status
