@@ -184,9 +184,8 @@ void attend(const AttnArgs& a, int64_t i, int64_t g, int64_t j0, int64_t j1, flo
 // register-blocked scores and values, software prefetch), several times faster than attend()
 // on long spans. Needs equal K and V dtypes and row strides, d a multiple of 8, and the rep query
 // heads of q, o and lse contiguous (AttnArgs::group_kernel).
-void attend_group(const AttnArgs& a, int64_t i, int64_t g, int64_t j0, int64_t j1, float* o,
-                  float* lse) {
-  thread_local std::vector<HostBlockRef> refs;
+void group_refs(const AttnArgs& a, int64_t g, int64_t j0, int64_t j1,
+                std::vector<HostBlockRef>& refs) {
   refs.clear();
   const int64_t es = dtype_size(a.kv_dtype);
   for (int64_t jb = j0, nb = 0; jb < j1; jb += nb) {
@@ -198,8 +197,70 @@ void attend_group(const AttnArgs& a, int64_t i, int64_t g, int64_t j0, int64_t j
     r.stride = a.k_s0;
     refs.push_back(r);
   }
+}
+
+void attend_group(const AttnArgs& a, int64_t i, int64_t g, int64_t j0, int64_t j1, float* o,
+                  float* lse) {
+  thread_local std::vector<HostBlockRef> refs;
+  group_refs(a, g, j0, j1, refs);
   host_attend_group(a.q + i * a.q_s0 + g * a.rep * a.q_s1, static_cast<int32_t>(a.rep),
                     static_cast<int32_t>(a.d), a.scale, a.kv_dtype, refs, o, lse);
+}
+
+constexpr int64_t kTileRows = 16;        // query rows per task of the shared-prefix pass
+constexpr int64_t kMinCommonKeys = 128;  // keys every row must see for that pass to pay
+
+// Prefill (n >= 4 rows, every row seeing at least kMinCommonKeys keys): the keys all rows see,
+// [0, common), are attended once per tile of kTileRows rows and KV head, the tile's rows x rep
+// query heads as one group of the host kernel, so each key row is read once per tile instead of
+// once per query row; each row's remaining (causal) keys [common, vis) go through attend_group
+// and are merged in. out gets the result; returns false (nothing done) when the pass does not
+// apply.
+bool attend_shared_prefix(const AttnArgs& a, int64_t n, int64_t hkv,
+                          const std::vector<int64_t>& vis, const AttnPartial& out) {
+  const int64_t d = a.d, rep = a.rep, hq = hkv * rep;
+  const int64_t common = *std::min_element(vis.begin(), vis.end());
+  const int64_t max_vis = *std::max_element(vis.begin(), vis.end());
+  float* out_o = out.o.as<float>();
+  float* out_l = out.lse.as<float>();
+  const int64_t oo0 = out.o.stride[0], oo1 = out.o.stride[1];
+  const int64_t ol0 = out.lse.stride[0], ol1 = out.lse.stride[1];
+  if (!a.group_kernel || oo1 != d || ol1 != 1 || n < 4 || common < kMinCommonKeys ||
+      (rep > 1 && a.q_s1 != d))
+    return false;
+  const int64_t tiles = (n + kTileRows - 1) / kTileRows;
+  tbb::parallel_for(int64_t{0}, tiles * hkv, [&](int64_t t) {
+    const int64_t g = t % hkv, r0 = (t / hkv) * kTileRows, r1 = std::min(n, r0 + kTileRows);
+    const int64_t heads = (r1 - r0) * rep;
+    thread_local std::vector<float> qbuf, obuf, lbuf;
+    thread_local std::vector<HostBlockRef> refs;
+    qbuf.resize(static_cast<size_t>(heads * d));
+    obuf.resize(qbuf.size());
+    lbuf.resize(static_cast<size_t>(heads));
+    for (int64_t i = r0; i < r1; ++i)  // the rep heads of a row are contiguous (q_s1 == d)
+      std::copy_n(a.q + i * a.q_s0 + g * rep * a.q_s1, rep * d, qbuf.data() + (i - r0) * rep * d);
+    group_refs(a, g, 0, common, refs);
+    host_attend_group(qbuf.data(), static_cast<int32_t>(heads), static_cast<int32_t>(d), a.scale,
+                      a.kv_dtype, refs, obuf.data(), lbuf.data());
+    for (int64_t i = r0; i < r1; ++i) {
+      std::copy_n(obuf.data() + (i - r0) * rep * d, rep * d, out_o + i * oo0 + g * rep * oo1);
+      std::copy_n(lbuf.data() + (i - r0) * rep, rep, out_l + i * ol0 + g * rep);
+    }
+  });
+  if (max_vis == common) return true;
+  std::vector<float> part_o(static_cast<size_t>(n * hq * d)), part_l(static_cast<size_t>(n * hq));
+  tbb::parallel_for(int64_t{0}, n * hkv, [&](int64_t t) {
+    const int64_t g = t % hkv, i = t / hkv;
+    const int64_t v = vis[static_cast<size_t>(i)];
+    if (v == common) return;
+    const int64_t base = i * hq + g * rep;
+    attend_group(a, i, g, common, v, part_o.data() + base * d, part_l.data() + base);
+    for (int64_t r = 0; r < rep; ++r)
+      merge_partial_row(out_o + i * oo0 + (g * rep + r) * oo1, out_l + i * ol0 + g * rep + r,
+                        part_o.data() + (base + r) * d, part_l[static_cast<size_t>(base + r)],
+                        static_cast<int>(d));
+  });
+  return true;
 }
 
 template <typename EK, typename EV>
@@ -211,6 +272,7 @@ void attention_typed(const AttnArgs& a, int64_t n, int64_t hkv, const std::vecto
   if (n * hkv < kMinTasks && max_vis >= 2 * kMinSplitKeys) {
     nsplit = std::min((kMinTasks + n * hkv - 1) / (n * hkv), max_vis / kMinSplitKeys);
   }
+  if (nsplit == 1 && attend_shared_prefix(a, n, hkv, vis, out)) return;
   const int64_t chunk = (max_vis + nsplit - 1) / std::max<int64_t>(1, nsplit);
   float* out_o = out.o.as<float>();
   float* out_l = out.lse.as<float>();
