@@ -180,10 +180,8 @@ void attend(const AttnArgs& a, int64_t i, int64_t g, int64_t j0, int64_t j1, flo
   }
 }
 
-// The partial of attend() by the host attention kernel (cpu_attn/host_kernel.h: rows chunked,
-// register-blocked scores and values, software prefetch), several times faster than attend()
-// on long spans. Needs equal K and V dtypes and row strides, d a multiple of 8, and the rep query
-// heads of q, o and lse contiguous (AttnArgs::group_kernel).
+// Keys [j0, j1) of KV head g as the host attention kernel's blocks (one per run of contiguous
+// rows: the whole span, or each page).
 void group_refs(const AttnArgs& a, int64_t g, int64_t j0, int64_t j1,
                 std::vector<HostBlockRef>& refs) {
   refs.clear();
@@ -199,6 +197,10 @@ void group_refs(const AttnArgs& a, int64_t g, int64_t j0, int64_t j1,
   }
 }
 
+// The partial of attend() by the host attention kernel (cpu_attn/host_kernel.h: rows chunked,
+// register-blocked scores and values, software prefetch), several times faster than attend()
+// on long spans. Needs equal K and V dtypes and row strides, d a multiple of 8, and the rep query
+// heads of q, o and lse contiguous (AttnArgs::group_kernel).
 void attend_group(const AttnArgs& a, int64_t i, int64_t g, int64_t j0, int64_t j1, float* o,
                   float* lse) {
   thread_local std::vector<HostBlockRef> refs;
