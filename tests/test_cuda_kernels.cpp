@@ -29,6 +29,7 @@
 #include "kernels/dtype.h"
 #include "kernels/tensor.h"
 #include "tests/gpu_skip.h"
+#include "tests/sampling_rule.h"
 
 using namespace tandem;
 using tandem::test::SkipWithoutGpu;
@@ -672,39 +673,12 @@ namespace {
 // The rule of cuda_sample (engine/sampler.cpp without penalties and min-p) with a given uniform.
 int32_t ref_sample(const float* logits, int64_t vocab, float temp, int32_t top_k, float top_p,
                    float u) {
-  const std::span<const float> row(logits, static_cast<size_t>(vocab));
-  if (temp <= 0.0f || top_k == 1) return argmax(row);
-  std::vector<std::pair<float, int32_t>> cand;
-  for (int64_t t = 0; t < vocab; ++t)
-    if (logits[t] != -kInf) cand.emplace_back(logits[t] / temp, static_cast<int32_t>(t));
-  if (cand.empty()) return argmax(row);
-  std::sort(cand.begin(), cand.end(), [](const auto& a, const auto& b) {
-    return a.first > b.first || (a.first == b.first && a.second < b.second);
-  });
-  if (top_k > 0 && static_cast<size_t>(top_k) < cand.size())
-    cand.resize(static_cast<size_t>(top_k));
-  const float mx = cand[0].first;
-  double sum = 0.0;
-  for (auto& c : cand) {
-    c.first = std::exp(c.first - mx);
-    sum += c.first;
-  }
-  for (auto& c : cand) c.first = static_cast<float>(c.first / sum);
-  if (top_p < 1.0f) {
-    double mass = 0.0;
-    size_t keep = 0;
-    while (keep < cand.size() && mass < top_p) mass += cand[keep++].first;
-    cand.resize(std::max<size_t>(keep, 1));
-  }
-  double total = 0.0;
-  for (const auto& c : cand) total += c.first;
-  const double r = static_cast<double>(u) * total;
-  double acc = 0.0;
-  for (const auto& c : cand) {
-    acc += c.first;
-    if (r < acc) return c.second;
-  }
-  return cand.back().second;
+  SamplingParams p;
+  p.temperature = temp;
+  p.top_k = top_k;
+  p.top_p = top_p;
+  return tandem::test::plain_sampling_rule(
+      std::span<const float>(logits, static_cast<size_t>(vocab)), p, static_cast<double>(u));
 }
 
 }  // namespace

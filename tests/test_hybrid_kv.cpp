@@ -22,6 +22,18 @@ const char* kModels[] = {"tinystories-656k", "llama-tiny", "mistral-tiny-bf16-sh
                          "qwen2-tiny",       "qwen3-tiny", "opt-tiny",
                          "opt-tiny-postln"};
 
+// f32 buffers of N(0, 1) values from one seeded generator.
+struct RandomBuffers {
+  explicit RandomBuffers(uint32_t seed) : rng(seed) {}
+  Buffer operator()(std::initializer_list<int64_t> dims) {
+    Buffer b(DType::kF32, dims);
+    for (int64_t i = 0; i < b.view().numel(); ++i) b.as<float>()[i] = nd(rng);
+    return b;
+  }
+  std::mt19937 rng;
+  std::normal_distribution<float> nd;
+};
+
 }  // namespace
 
 TEST_CASE("sparse=full equals dense for every window split", "[hybrid][exact]") {
@@ -199,13 +211,7 @@ TEST_CASE("ahead mode keeps its own copy of the predicted query", "[hybrid][ahea
   KvConfig cfg = small_hybrid(4, SparsePolicy::kFull, CpuAttnMode::kAhead);
   cfg.cpu_threads = 1;
   KvStore store(*backend, shape, cfg, 2, 64);
-  std::mt19937 rng(7);
-  std::normal_distribution<float> nd;
-  auto random = [&](std::initializer_list<int64_t> dims) {
-    Buffer b(DType::kF32, dims);
-    for (int64_t i = 0; i < b.view().numel(); ++i) b.as<float>()[i] = nd(rng);
-    return b;
-  };
+  RandomBuffers random(7);
   const int32_t n = 16;
   Buffer q = random({n, 4, 8}), k = random({n, 2, 8}), v = random({n, 2, 8});
   Buffer pos(DType::kI32, {n + 1});
@@ -251,13 +257,7 @@ TEST_CASE("ahead mode keeps its own copy of the predicted query", "[hybrid][ahea
 TEST_CASE("imported KV attends like the same KV stored by a prefill", "[hybrid][import]") {
   auto backend = make_cpu_backend();
   const KvShape shape{2, 4, 2, 8, 1.0f / std::sqrt(8.0f)};
-  std::mt19937 rng(11);
-  std::normal_distribution<float> nd;
-  auto random = [&](std::initializer_list<int64_t> dims) {
-    Buffer b(DType::kF32, dims);
-    for (int64_t i = 0; i < b.view().numel(); ++i) b.as<float>()[i] = nd(rng);
-    return b;
-  };
+  RandomBuffers random(11);
   const int32_t n = 37;  // sinks, a partial window block and several host blocks
   Buffer q = random({n, 4, 8}), k = random({n, 2, 8}), v = random({n, 2, 8});
   Buffer pos(DType::kI32, {n + 1});
@@ -310,13 +310,7 @@ TEST_CASE("a decode step's MAW update matches the attention weights in float64",
   const KvShape shape{1, hq, hkv, d, scale};
   KvConfig cfg = small_hybrid(8, SparsePolicy::kHgca, CpuAttnMode::kParallel);  // sinks 2, block 4
   KvStore store(*backend, shape, cfg, 1, 64);
-  std::mt19937 rng(21);
-  std::normal_distribution<float> nd;
-  auto random = [&](std::initializer_list<int64_t> dims) {
-    Buffer b(DType::kF32, dims);
-    for (int64_t i = 0; i < b.view().numel(); ++i) b.as<float>()[i] = nd(rng);
-    return b;
-  };
+  RandomBuffers random(21);
   const Buffer q = random({n, hq, d}), k = random({n, hkv, d}), v = random({n, hkv, d});
   const Buffer qd = random({1, hq, d}), kd = random({1, hkv, d}), vd = random({1, hkv, d});
   Buffer pos(DType::kI32, {n + 1});

@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "engine/sampler.h"
+#include "tests/sampling_rule.h"
 
 using namespace tandem;
 
@@ -167,50 +168,6 @@ TEST_CASE("log_softmax and top_logprobs", "[sampler]") {
   CHECK(top[0].first == Approx(lp[2]));
 }
 
-namespace {
-
-// The sampling rule written the plain way: every candidate sorted, then top-k, softmax, min-p,
-// top-p and the draw, as engine/sampler.cpp documents it.
-int32_t plain_rule(std::vector<float> logits, const SamplingParams& p, double u) {
-  std::vector<std::pair<float, int32_t>> c;
-  for (int32_t t = 0; t < static_cast<int32_t>(logits.size()); ++t)
-    if (logits[static_cast<size_t>(t)] != -std::numeric_limits<float>::infinity())
-      c.emplace_back(logits[static_cast<size_t>(t)] / p.temperature, t);
-  std::sort(c.begin(), c.end(), [](const auto& a, const auto& b) {
-    return a.first > b.first || (a.first == b.first && a.second < b.second);
-  });
-  if (p.top_k > 0 && static_cast<size_t>(p.top_k) < c.size())
-    c.resize(static_cast<size_t>(p.top_k));
-  const float mx = c[0].first;
-  double sum = 0;
-  for (auto& e : c) {
-    e.first = std::exp(e.first - mx);
-    sum += e.first;
-  }
-  for (auto& e : c) e.first = static_cast<float>(e.first / sum);
-  if (p.min_p > 0.0f) {
-    const float cut = p.min_p * c[0].first;
-    std::erase_if(c, [&](const auto& e) { return e.first < cut; });
-  }
-  if (p.top_p < 1.0f) {
-    double mass = 0;
-    size_t keep = 0;
-    while (keep < c.size() && mass < p.top_p) mass += c[keep++].first;
-    c.resize(std::max<size_t>(keep, 1));
-  }
-  double total = 0;
-  for (const auto& e : c) total += e.first;
-  const double r = u * total;
-  double acc = 0;
-  for (const auto& e : c) {
-    acc += e.first;
-    if (r < acc) return e.second;
-  }
-  return c.back().second;
-}
-
-}  // namespace
-
 TEST_CASE("the fast top-k floor and top-p prefixes draw what the plain rule draws", "[sampler]") {
   std::mt19937 rng(3);
   std::normal_distribution<float> nd(0.0f, 3.0f);
@@ -238,7 +195,7 @@ TEST_CASE("the fast top-k floor and top-p prefixes draw what the plain rule draw
       for (double u : {0.0, 0.001, 0.1, 0.37, 0.5, 0.77, 0.93, 0.999999, 0.9999999999}) {
         CAPTURE(c.temperature, c.top_k, c.top_p, c.min_p, u, l->size());
         std::vector<float> row = *l;
-        CHECK(s.draw(row, u) == plain_rule(*l, p, u));
+        CHECK(s.draw(row, u) == test::plain_sampling_rule(*l, p, u));
       }
   }
 }
