@@ -66,7 +66,10 @@ std::unique_ptr<Backend> make_backend(const Flags& f) {
   if (device == "cpu") return make_cpu_backend();
   const CudaDeviceInfo info = cuda_device_info();  // count 0 in a build without CUDA
   if (device == "auto")
-    return info.count > 0 && info.runs_kernels ? make_cuda_backend() : make_cpu_backend();
+    // The SIMT emulator is a GPU for tests and counters, far slower than the CPU backend: only
+    // an explicit --device cuda picks it.
+    return info.count > 0 && info.runs_kernels && !info.emulated ? make_cuda_backend()
+                                                                 : make_cpu_backend();
 #ifdef TANDEM_HAVE_CUDA
   constexpr bool kBuiltWithCuda = true;
 #else

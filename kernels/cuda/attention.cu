@@ -55,7 +55,7 @@ __device__ __forceinline__ int64_t key_offset(const AttnParams& p, int64_t j, in
 
 template <typename TK, typename TV>
 __global__ void __launch_bounds__(kThreads) attention_kernel(AttnParams p) {
-  extern __shared__ float smem[];  // o [kWarps][kHeads][d], m [kWarps][kHeads], l [...]
+  TANDEM_DYNAMIC_SHARED(float, smem);  // o [kWarps][kHeads][d], m [kWarps][kHeads], l [...]
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
   const int d = p.d;
   const int64_t bx = blockIdx.x;
@@ -174,13 +174,13 @@ template <typename TK>
 void launch_v(DType vt, dim3 grid, size_t smem, const AttnParams& p, cudaStream_t stream) {
   switch (vt) {
     case DType::kF32:
-      attention_kernel<TK, float><<<grid, kThreads, smem, stream>>>(p);
+      TANDEM_LAUNCH(grid, kThreads, smem, stream, attention_kernel<TK, float>)(p);
       break;
     case DType::kF16:
-      attention_kernel<TK, __half><<<grid, kThreads, smem, stream>>>(p);
+      TANDEM_LAUNCH(grid, kThreads, smem, stream, attention_kernel<TK, __half>)(p);
       break;
     default:
-      attention_kernel<TK, __nv_bfloat16><<<grid, kThreads, smem, stream>>>(p);
+      TANDEM_LAUNCH(grid, kThreads, smem, stream, attention_kernel<TK, __nv_bfloat16>)(p);
       break;
   }
 }
@@ -294,10 +294,9 @@ void attention(const TensorView& q, const TensorView& k, const TensorView& v,
   if (nsplit == 1) return;
   const int64_t rows = n * hq;
   TANDEM_CHECK(rows <= 0x7fffffff, "attention combine grid too large: ", rows);
-  combine_kernel<<<static_cast<unsigned>(rows), 128, 0, stream>>>(
-      part_o, part_l, static_cast<int>(nsplit), rows, static_cast<int>(d), out.o.as<float>(),
-      out.o.stride[0], out.o.stride[1], out.lse.as<float>(), out.lse.stride[0], out.lse.stride[1],
-      hq);
+  TANDEM_LAUNCH(static_cast<unsigned>(rows), 128, 0, stream, combine_kernel)
+  (part_o, part_l, static_cast<int>(nsplit), rows, static_cast<int>(d), out.o.as<float>(),
+   out.o.stride[0], out.o.stride[1], out.lse.as<float>(), out.lse.stride[0], out.lse.stride[1], hq);
   TANDEM_CUDA_LAUNCH_CHECK("attention combine");
 }
 

@@ -25,14 +25,16 @@ void launch_to(const TensorView& src, const TensorView& dst, cudaStream_t stream
   const TS* s = static_cast<const TS*>(src.data);
   switch (dst.dtype) {
     case DType::kF32:
-      convert_kernel<TS, float><<<grid, kThreads, 0, stream>>>(s, ls, dst.as<float>(), ld, total);
+      TANDEM_LAUNCH(grid, kThreads, 0, stream, convert_kernel<TS, float>)
+      (s, ls, dst.as<float>(), ld, total);
       break;
     case DType::kF16:
-      convert_kernel<TS, __half><<<grid, kThreads, 0, stream>>>(s, ls, dst.as<__half>(), ld, total);
+      TANDEM_LAUNCH(grid, kThreads, 0, stream, convert_kernel<TS, __half>)
+      (s, ls, dst.as<__half>(), ld, total);
       break;
     case DType::kBF16:
-      convert_kernel<TS, __nv_bfloat16>
-          <<<grid, kThreads, 0, stream>>>(s, ls, dst.as<__nv_bfloat16>(), ld, total);
+      TANDEM_LAUNCH(grid, kThreads, 0, stream, convert_kernel<TS, __nv_bfloat16>)
+      (s, ls, dst.as<__nv_bfloat16>(), ld, total);
       break;
     default:
       TANDEM_CHECK(false, "copy dst dtype ", dtype_name(dst.dtype));

@@ -13,6 +13,7 @@
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/elementwise.cuh"
 #include "kernels/cuda/embedding.cuh"
+#include "kernels/cuda/emulator.h"
 #include "kernels/cuda/flag_wait.cuh"
 #include "kernels/cuda/matmul.cuh"
 #include "kernels/cuda/merge.cuh"
@@ -236,6 +237,7 @@ CudaDeviceInfo cuda_device_info() {
     return info;
   }
   info.count = n;
+  info.emulated = cuda_is_emulated();
   cudaDeviceProp prop{};
   if (cudaGetDeviceProperties(&prop, 0) == cudaSuccess) {
     info.name = prop.name;

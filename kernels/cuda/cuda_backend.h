@@ -20,6 +20,7 @@ struct CudaDeviceInfo {
   int sm_major = 0, sm_minor = 0;
   int sm_count = 0;           // multiprocessors
   bool runs_kernels = false;  // this build has kernel code device 0 can run (CUDA_ARCHITECTURES)
+  bool emulated = false;      // the SIMT emulator (-DTANDEM_CUDA=EMULATE): --device auto skips it
 };
 
 // Never throws: a machine without a GPU or driver reports count 0.

@@ -13,6 +13,21 @@
 #include "kernels/common.h"
 #include "kernels/tensor.h"
 
+// A kernel launch, for both compilers: TANDEM_LAUNCH(grid, block, smem, stream, kernel)(args...)
+// is kernel<<<grid, block, smem, stream>>>(args...) under nvcc; the SIMT emulator
+// (TANDEM_CUDA_EMULATE, kernels/cuda/emu/) queues the same kernel on its stream instead. A
+// template kernel names its template arguments (the emulator takes its address).
+#ifdef TANDEM_CUDA_EMULATE
+#define TANDEM_LAUNCH(grid, block, smem, stream, ...) \
+  ::tandem_emu::launch(#__VA_ARGS__, grid, block, smem, stream, __VA_ARGS__)
+// Dynamic shared memory: g++ has no `extern __shared__`; the emulator hands out the block's.
+#define TANDEM_DYNAMIC_SHARED(type, name) \
+  type* name = static_cast<type*>(::tandem_emu::t_dynamic_smem)
+#else
+#define TANDEM_LAUNCH(grid, block, smem, stream, ...) __VA_ARGS__<<<grid, block, smem, stream>>>
+#define TANDEM_DYNAMIC_SHARED(type, name) extern __shared__ type name[]
+#endif
+
 #define TANDEM_CUDA_CHECK(call)                                                             \
   do {                                                                                      \
     const cudaError_t err_ = (call);                                                        \

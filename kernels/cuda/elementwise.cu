@@ -43,9 +43,9 @@ void launch(const char* name, const TensorView& a, const TensorView& b, const Te
             cudaStream_t stream) {
   const int64_t total = a.numel();
   if (total == 0) return;
-  elementwise_kernel<kOp><<<grid_for(total, kThreads), kThreads, 0, stream>>>(
-      a.as<const float>(), row_layout(a), b.as<const float>(), row_layout(b), out.as<float>(),
-      row_layout(out), total);
+  TANDEM_LAUNCH(grid_for(total, kThreads), kThreads, 0, stream, elementwise_kernel<kOp>)
+  (a.as<const float>(), row_layout(a), b.as<const float>(), row_layout(b), out.as<float>(),
+   row_layout(out), total);
   TANDEM_CUDA_LAUNCH_CHECK(name);
 }
 

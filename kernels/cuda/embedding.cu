@@ -41,16 +41,16 @@ void embedding(const TensorView& ids, const TensorView& table, const TensorView&
   const unsigned grid = static_cast<unsigned>(n);
   switch (table.dtype) {
     case DType::kF32:
-      embedding_kernel<<<grid, kThreads, 0, stream>>>(ip, table.as<const float>(), vocab, d,
-                                                      out.as<float>(), lo);
+      TANDEM_LAUNCH(grid, kThreads, 0, stream, embedding_kernel<float>)
+      (ip, table.as<const float>(), vocab, d, out.as<float>(), lo);
       break;
     case DType::kF16:
-      embedding_kernel<<<grid, kThreads, 0, stream>>>(ip, table.as<const __half>(), vocab, d,
-                                                      out.as<float>(), lo);
+      TANDEM_LAUNCH(grid, kThreads, 0, stream, embedding_kernel<__half>)
+      (ip, table.as<const __half>(), vocab, d, out.as<float>(), lo);
       break;
     default:
-      embedding_kernel<<<grid, kThreads, 0, stream>>>(ip, table.as<const __nv_bfloat16>(), vocab, d,
-                                                      out.as<float>(), lo);
+      TANDEM_LAUNCH(grid, kThreads, 0, stream, embedding_kernel<__nv_bfloat16>)
+      (ip, table.as<const __nv_bfloat16>(), vocab, d, out.as<float>(), lo);
       break;
   }
   TANDEM_CUDA_LAUNCH_CHECK("embedding");

@@ -5,16 +5,25 @@
 namespace tandem::cuda {
 namespace {
 
+// PTX has no g++ spelling: under the emulator the same acquire load and a host clock.
 __device__ __forceinline__ uint32_t load_acquire_sys(const uint32_t* p) {
+#ifdef TANDEM_CUDA_EMULATE
+  return __atomic_load_n(p, __ATOMIC_ACQUIRE);
+#else
   uint32_t v;
   asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
   return v;
+#endif
 }
 
 __device__ __forceinline__ uint64_t global_timer_ns() {
+#ifdef TANDEM_CUDA_EMULATE
+  return ::tandem_emu::globaltimer_ns();
+#else
   uint64_t t;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
   return t;
+#endif
 }
 
 __global__ void wait_flag_kernel(const uint32_t* flag, uint32_t target, uint64_t timeout_ns) {
@@ -33,7 +42,7 @@ void wait_flag(const TensorView& flag, uint32_t target, uint32_t timeout_ms, cud
   check_device_memory(flag, "wait_flag flag");
   const auto* p = static_cast<const uint32_t*>(device_pointer(flag));
   TANDEM_CHECK((reinterpret_cast<uintptr_t>(p) & 3u) == 0, "wait_flag: unaligned flag");
-  wait_flag_kernel<<<1, 1, 0, stream>>>(p, target, uint64_t{timeout_ms} * 1000000u);
+  TANDEM_LAUNCH(1, 1, 0, stream, wait_flag_kernel)(p, target, uint64_t{timeout_ms} * 1000000u);
   TANDEM_CUDA_LAUNCH_CHECK("wait_flag");
 }
 

@@ -129,11 +129,11 @@ void launch_gemv_n(const TensorView& x, const TensorView& w, const float* bias, 
   const float* xp = x.as<const float>();
   const T* wp = static_cast<const T*>(w.data);
   if (vec) {
-    gemv_kernel<T, NMAX, true><<<grid, kGemvThreads, 0, stream>>>(
-        xp, x.stride[0], wp, bias, y.as<float>(), y.stride[0], static_cast<int>(n), m, k);
+    TANDEM_LAUNCH(grid, kGemvThreads, 0, stream, gemv_kernel<T, NMAX, true>)
+    (xp, x.stride[0], wp, bias, y.as<float>(), y.stride[0], static_cast<int>(n), m, k);
   } else {
-    gemv_kernel<T, NMAX, false><<<grid, kGemvThreads, 0, stream>>>(
-        xp, x.stride[0], wp, bias, y.as<float>(), y.stride[0], static_cast<int>(n), m, k);
+    TANDEM_LAUNCH(grid, kGemvThreads, 0, stream, gemv_kernel<T, NMAX, false>)
+    (xp, x.stride[0], wp, bias, y.as<float>(), y.stride[0], static_cast<int>(n), m, k);
   }
   TANDEM_CUDA_LAUNCH_CHECK("gemv");
 }
@@ -213,8 +213,8 @@ void matmul(const TensorView& x, const TensorView& w, const TensorView& bias, co
                                    y.data, CUDA_R_32F, static_cast<int>(y.stride[0]),
                                    CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
   if (bp != nullptr) {
-    bias_kernel<<<grid_for(n * m, kBiasThreads), kBiasThreads, 0, stream>>>(y.as<float>(),
-                                                                            y.stride[0], bp, n, m);
+    TANDEM_LAUNCH(grid_for(n * m, kBiasThreads), kBiasThreads, 0, stream, bias_kernel)
+    (y.as<float>(), y.stride[0], bp, n, m);
     TANDEM_CUDA_LAUNCH_CHECK("matmul bias");
   }
 }

@@ -78,8 +78,8 @@ void merge(const AttnPartial& a, const AttnPartial& b, cudaStream_t stream) {
                      b.lse.stride[0],
                      b.lse.stride[1]};
   const unsigned grid = static_cast<unsigned>((pairs + kPairs - 1) / kPairs);
-  merge_kernel<<<grid, kThreads, 0, stream>>>(av, a.lse.as<float>(), bv, heads, pairs,
-                                              static_cast<int>(d));
+  TANDEM_LAUNCH(grid, kThreads, 0, stream, merge_kernel)
+  (av, a.lse.as<float>(), bv, heads, pairs, static_cast<int>(d));
   TANDEM_CUDA_LAUNCH_CHECK("merge");
 }
 

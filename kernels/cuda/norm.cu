@@ -51,9 +51,9 @@ void launch(const TensorView& x, const TensorView& w, const TensorView& b, float
   const int64_t rows = n_rows(x);
   if (rows == 0 || x.dim(-1) == 0) return;
   TANDEM_CHECK(rows <= 0x7fffffff, "norm: too many rows ", rows);
-  norm_kernel<kLayerNorm><<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(
-      x.as<const float>(), row_layout(x), w.as<const float>(), b.as<const float>(), eps,
-      out.as<float>(), row_layout(out));
+  TANDEM_LAUNCH(static_cast<unsigned>(rows), kThreads, 0, stream, norm_kernel<kLayerNorm>)
+  (x.as<const float>(), row_layout(x), w.as<const float>(), b.as<const float>(), eps,
+   out.as<float>(), row_layout(out));
   TANDEM_CUDA_LAUNCH_CHECK(kLayerNorm ? "layer_norm" : "rms_norm");
 }
 

@@ -10,7 +10,7 @@ constexpr int kThreads = 128;
 
 __global__ void rope_kernel(float* x, int64_t x_s0, int64_t x_s1, int64_t heads, int32_t half,
                             const int32_t* pos, const float* inv_freq, float mscale, bool neox) {
-  extern __shared__ float table[];  // [2 * half]: cos, then sin
+  TANDEM_DYNAMIC_SHARED(float, table);  // [2 * half]: cos, then sin
   float* cs = table;
   float* sn = table + half;
   const int64_t t = blockIdx.x;
@@ -54,9 +54,9 @@ void rope(const TensorView& x, const TensorView& pos, const RopeTable& rope, con
   if (n == 0 || heads == 0 || half == 0) return;
   TANDEM_CHECK(n <= 0x7fffffff, "rope: too many tokens ", n);
   const size_t smem = 2 * static_cast<size_t>(half) * sizeof(float);  // <= 2 KB for hd <= 256
-  rope_kernel<<<static_cast<unsigned>(n), kThreads, smem, stream>>>(
-      x.as<float>(), x.stride[0], x.stride[1], heads, half, pos.as<const int32_t>(), inv_freq,
-      rope.mscale, rope.neox);
+  TANDEM_LAUNCH(static_cast<unsigned>(n), kThreads, smem, stream, rope_kernel)
+  (x.as<float>(), x.stride[0], x.stride[1], heads, half, pos.as<const int32_t>(), inv_freq,
+   rope.mscale, rope.neox);
   TANDEM_CUDA_LAUNCH_CHECK("rope");
 }
 

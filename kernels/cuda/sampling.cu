@@ -272,10 +272,10 @@ void sample(const TensorView& logits, const TensorView& temperature, const Tenso
   check_device_memory(logits, "logits");
   if (n == 0) return;
   TANDEM_CHECK(n <= 0x7fffffff, "sample: too many rows ", n);
-  sample_kernel<<<static_cast<unsigned>(n), kThreads, 0, stream>>>(
-      logits.as<const float>(), row_layout(logits), temperature.as<const float>(),
-      top_k.as<const int32_t>(), top_p.as<const float>(), uniform.as<const float>(),
-      ids.as<int32_t>());
+  TANDEM_LAUNCH(static_cast<unsigned>(n), kThreads, 0, stream, sample_kernel)
+  (logits.as<const float>(), row_layout(logits), temperature.as<const float>(),
+   top_k.as<const int32_t>(), top_p.as<const float>(), uniform.as<const float>(),
+   ids.as<int32_t>());
   TANDEM_CUDA_LAUNCH_CHECK("sample");
 }
 

@@ -36,8 +36,8 @@ void softmax(const TensorView& x, cudaStream_t stream) {
   const int64_t rows = n_rows(x);
   if (rows == 0 || x.dim(-1) == 0) return;
   TANDEM_CHECK(rows <= 0x7fffffff, "softmax: too many rows ", rows);
-  softmax_kernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(x.as<float>(),
-                                                                       row_layout(x));
+  TANDEM_LAUNCH(static_cast<unsigned>(rows), kThreads, 0, stream, softmax_kernel)
+  (x.as<float>(), row_layout(x));
   TANDEM_CUDA_LAUNCH_CHECK("softmax");
 }
 
