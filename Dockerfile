@@ -29,7 +29,7 @@ WORKDIR /src
 COPY scripts/setup.sh scripts/setup.sh
 RUN scripts/setup.sh
 COPY . .
-RUN TANDEM_BUILD_DIR=/src/build scripts/build.sh -DTANDEM_CUDA=ON -DTANDEM_TESTS=OFF
+RUN TANDEM_BUILD_DIR=/src/build scripts/build.sh -DTANDEM_CUDA=ON -DTANDEM_CUDA_ARCHS=all -DTANDEM_TESTS=OFF
 
 FROM cuda-repo AS runtime
 RUN apt-get update -qq \

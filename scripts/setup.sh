@@ -6,6 +6,7 @@ set -euo pipefail
 PACKAGES=(
   build-essential cmake pkg-config git clang-format
   libtbb-dev libspdlog-dev nlohmann-json3-dev libcpp-httplib-dev catch2 libpcre2-dev
+  libboost-context-dev
 )
 # Node tools (reference tokenizers, the OpenAI SDK test): Debian's unless node/npm already exist.
 command -v node >/dev/null || PACKAGES+=(nodejs)

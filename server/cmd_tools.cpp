@@ -12,6 +12,7 @@
 
 #include "engine/sampler.h"
 #include "kernels/cpu/membw.h"
+#include "kernels/cuda/emulator.h"
 #include "kvstore/kv_store.h"
 #include "models/model.h"
 #include "models/random_model.h"
@@ -116,6 +117,39 @@ DType parse_dtype(const std::string& s) {
 }
 
 }  // namespace
+
+// The SIMT emulator's counters of the timed decode steps, per step (kernels/cuda/emulator.h);
+// scripts/gpu_model.py reads them.
+static nlohmann::json emulator_json(const CudaEmulatorCounters& c, double steps) {
+  const auto per = [steps](double v) { return v / steps; };
+  nlohmann::json kernels = nlohmann::json::object();
+  for (const auto& [name, k] : c.kernels)
+    kernels[name] = {{"launches", per(k.launches)},
+                     {"blocks", per(k.blocks)},
+                     {"threads", per(k.threads)},
+                     {"device_read_bytes", per(k.device_read_bytes)},
+                     {"device_write_bytes", per(k.device_write_bytes)},
+                     {"mapped_read_bytes", per(k.mapped_read_bytes)},
+                     {"mapped_write_bytes", per(k.mapped_write_bytes)}};
+  return {{"steps", steps},
+          {"settings", cuda_emulator_settings()},
+          {"per_step",
+           {{"launches", per(c.launches)},
+            {"h2d_bytes", per(c.h2d_bytes)},
+            {"d2h_bytes", per(c.d2h_bytes)},
+            {"d2d_bytes", per(c.d2d_bytes)},
+            {"memset_bytes", per(c.memset_bytes)},
+            {"host_syncs", per(c.host_syncs)},
+            {"host_sync_seconds", per(c.host_sync_seconds)},
+            {"kernel_device_read_bytes", per(c.kernel_device_read_bytes)},
+            {"kernel_device_write_bytes", per(c.kernel_device_write_bytes)},
+            {"kernel_mapped_read_bytes", per(c.kernel_mapped_read_bytes)},
+            {"kernel_mapped_write_bytes", per(c.kernel_mapped_write_bytes)},
+            {"cublas_calls", per(c.cublas_calls)},
+            {"cublas_flops", per(c.cublas_flops)},
+            {"cublas_bytes", per(c.cublas_bytes)}}},
+          {"kernels_per_step", kernels}};
+}
 
 int cmd_bench_decode(const std::vector<std::string>& args) {
   using Clock = std::chrono::steady_clock;
@@ -263,6 +297,8 @@ int cmd_bench_decode(const std::vector<std::string>& args) {
                                         std::span<const int32_t>(&next[static_cast<size_t>(b)], 1),
                                         false, true, false};
       model->forward(step);  // warm-up step, not timed
+      backend->synchronize();
+      const CudaEmulatorCounters emu0 = cuda_emulator_counters();
       HostAttention* ha = store.host_attention();
       const double wait0 = ha ? ha->wait_seconds() : 0.0, busy0 = ha ? ha->busy_seconds() : 0.0;
       std::vector<double> step_s;  // each step's time: the median shrugs off preempted steps
@@ -274,6 +310,8 @@ int cmd_bench_decode(const std::vector<std::string>& args) {
       }
       const double decode_s = std::chrono::duration<double>(Clock::now() - t1).count();
       const double steps = gen - 1;
+      backend->synchronize();  // after the timing: the counters see every step's work
+      const CudaEmulatorCounters emu = cuda_emulator_counters() - emu0;
       const double wait_ms = ha ? (ha->wait_seconds() - wait0) / steps * 1e3 : 0.0;
       const double busy_ms = ha ? (ha->busy_seconds() - busy0) / steps * 1e3 : 0.0;
       const double ms_step = decode_s / steps * 1e3;
@@ -329,6 +367,8 @@ int cmd_bench_decode(const std::vector<std::string>& args) {
           {"weight_bytes_per_token", step_bytes / static_cast<double>(batch)},
           {"weight_read_gbs", step_bytes / (ms_step * 1e-3) / 1e9},
           {"load_avg_1m", load}};
+      if (cuda_is_emulated() && std::string_view(backend->name()) == "cuda")
+        j["emulator"] = emulator_json(emu, steps);
       if (on_host) {
         j["measured_read_bw_gbs"] = bw;
         j["fraction_of_bw"] = step_bytes / (ms_step * 1e-3) / 1e9 / bw;

@@ -151,19 +151,26 @@ struct Pending {
 };
 constexpr int kMaxPending = 4096;
 Pending g_pending[kMaxPending];  // read by the signal handler: fixed, lock-free
-std::mutex g_pending_m;
 struct PendingCopy {
   Stream* stream;
   uint64_t seq;
   uintptr_t lo, hi;  // pages of the host view
   int slot;
 };
-std::vector<PendingCopy> g_pending_copies;
-std::map<uintptr_t, int> g_page_refs;
+struct PendingTable {  // function-local: usable from other files' static initialisers
+  std::mutex m;
+  std::vector<PendingCopy> copies;
+  std::map<uintptr_t, int> page_refs;
+};
+PendingTable& pending() {
+  static PendingTable* t = new PendingTable;
+  return *t;
+}
 
 void protect_pending(Stream* s, uint64_t seq, uintptr_t p, size_t n) {
   const uintptr_t lo = p / kPage * kPage, hi = round_up(p + n, kPage);
-  std::lock_guard<std::mutex> l(g_pending_m);
+  PendingTable& t = pending();
+  std::lock_guard<std::mutex> l(t.m);
   int slot = -1;
   for (int i = 0; i < kMaxPending; ++i)
     if (g_pending[i].hi.load() == 0) {
@@ -172,21 +179,22 @@ void protect_pending(Stream* s, uint64_t seq, uintptr_t p, size_t n) {
     }
   if (slot < 0) return;  // too many in flight to track: unchecked
   for (uintptr_t pg = lo; pg < hi; pg += kPage)
-    if (g_page_refs[pg]++ == 0) mprotect(reinterpret_cast<void*>(pg), kPage, PROT_NONE);
+    if (t.page_refs[pg]++ == 0) mprotect(reinterpret_cast<void*>(pg), kPage, PROT_NONE);
   g_pending[slot].lo = p;
   g_pending[slot].hi = p + n;
-  g_pending_copies.push_back({s, seq, lo, hi, slot});
+  t.copies.push_back({s, seq, lo, hi, slot});
 }
 
 // Unprotects the copies of s (every stream when s is null) up to sequence number done.
 void release_pending(Stream* s, uint64_t done) {
-  std::lock_guard<std::mutex> l(g_pending_m);
-  auto keep = g_pending_copies.begin();
-  for (auto it = g_pending_copies.begin(); it != g_pending_copies.end(); ++it) {
+  PendingTable& t = pending();
+  std::lock_guard<std::mutex> l(t.m);
+  auto keep = t.copies.begin();
+  for (auto it = t.copies.begin(); it != t.copies.end(); ++it) {
     if ((s == nullptr || it->stream == s) && it->seq <= done) {
       for (uintptr_t pg = it->lo; pg < it->hi; pg += kPage)
-        if (--g_page_refs[pg] == 0) {
-          g_page_refs.erase(pg);
+        if (--t.page_refs[pg] == 0) {
+          t.page_refs.erase(pg);
           mprotect(reinterpret_cast<void*>(pg), kPage, PROT_READ | PROT_WRITE);
         }
       g_pending[it->slot].hi = 0;
@@ -195,7 +203,7 @@ void release_pending(Stream* s, uint64_t done) {
       *keep++ = *it;
     }
   }
-  g_pending_copies.erase(keep, g_pending_copies.end());
+  t.copies.erase(keep, t.copies.end());
 }
 
 // ---- fault reporting -------------------------------------------------------------------------
@@ -354,12 +362,8 @@ std::string describe_address(uintptr_t p, size_t n) {
   auto it = table.upper_bound(q);
   if (it != table.begin()) {
     const Alloc& a = std::prev(it)->second;
-    if (q < a.hi)
-      os << ", " << (q + n - a.hi) << " bytes past the end of allocation #" << a.id << " of "
-         << a.bytes << " bytes";
-    else
-      os << ", " << (q - a.hi) << " bytes after the end of allocation #" << a.id << " of "
-         << a.bytes << " bytes";
+    os << ", ending " << (q + n - a.hi) << " bytes past the end of allocation #" << a.id << " of "
+       << a.bytes << " bytes";
   }
   if (it != table.end())
     os << ", " << (it->second.lo - q) << " bytes before allocation #" << it->second.id;
@@ -391,9 +395,15 @@ struct Stream {
 
 namespace {
 
-std::mutex g_streams_m;
-std::vector<Stream*> g_streams;
-int g_next_stream = 1;
+struct StreamTable {
+  std::mutex m;
+  std::vector<Stream*> all;
+  int next = 1;
+};
+StreamTable& streams() {
+  static StreamTable* t = new StreamTable;
+  return *t;
+}
 
 void worker_loop(Stream* s) {
   alt_signal_stack();
@@ -433,9 +443,9 @@ Stream* new_stream() {
   install_fault_handler();
   auto* s = new Stream;
   {
-    std::lock_guard<std::mutex> l(g_streams_m);
-    s->id = g_next_stream++;
-    g_streams.push_back(s);
+    std::lock_guard<std::mutex> l(streams().m);
+    s->id = streams().next++;
+    streams().all.push_back(s);
   }
   s->worker = std::thread(worker_loop, s);
   return s;
@@ -474,8 +484,8 @@ void host_wait(F&& f) {
 
 std::vector<Stream*> all_streams() {
   default_stream();
-  std::lock_guard<std::mutex> l(g_streams_m);
-  return g_streams;
+  std::lock_guard<std::mutex> l(streams().m);
+  return streams().all;
 }
 
 cudaError_t sync_all() {
@@ -979,8 +989,9 @@ cudaError_t cudaStreamDestroy(cudaStream_t s) {
   }
   s->worker.join();  // runs what was queued first, as CUDA does
   {
-    std::lock_guard<std::mutex> l(g_streams_m);
-    g_streams.erase(std::remove(g_streams.begin(), g_streams.end(), s), g_streams.end());
+    std::lock_guard<std::mutex> l(streams().m);
+    streams().all.erase(std::remove(streams().all.begin(), streams().all.end(), s),
+                        streams().all.end());
   }
   release_pending(s, UINT64_MAX);
   delete s;
