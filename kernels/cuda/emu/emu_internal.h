@@ -24,6 +24,10 @@ struct Settings {
   uint64_t seed = 1;
   bool racecheck = false;  // TANDEM_EMU_RACECHECK=1: every launch under three interleavings
   bool protect = true;     // TANDEM_EMU_PROTECT=0: device memory stays host-readable
+  // TANDEM_EMU_DEFER=1: a stream runs its queued work only once the host (or another stream
+  // through an event) waits for it, so a read that skipped its synchronisation sees stale data
+  // every time instead of when the timing happens to lose.
+  bool defer = false;
 };
 Settings& settings();
 

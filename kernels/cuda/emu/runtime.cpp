@@ -303,6 +303,8 @@ Settings& settings() {
       v.racecheck = std::string(e) == "1";
     if (const char* e = std::getenv("TANDEM_EMU_PROTECT"); e != nullptr)
       v.protect = std::string(e) != "0";
+    if (const char* e = std::getenv("TANDEM_EMU_DEFER"); e != nullptr)
+      v.defer = std::string(e) == "1";
     return v;
   }();
   return s;
@@ -389,6 +391,7 @@ struct Stream {
   std::condition_variable cv_task, cv_done;
   std::deque<Task> q;
   uint64_t enq = 0, done = 0;
+  uint64_t released = settings().defer ? 0 : UINT64_MAX;  // tasks up to this one may run
   bool stop = false;
   std::thread worker;
 };
@@ -412,7 +415,8 @@ void worker_loop(Stream* s) {
     Task t;
     {
       std::unique_lock<std::mutex> l(s->m);
-      s->cv_task.wait(l, [&] { return s->stop || !s->q.empty(); });
+      s->cv_task.wait(
+          l, [&] { return (s->stop && s->q.empty()) || (!s->q.empty() && s->done < s->released); });
       if (s->q.empty()) return;
       t = std::move(s->q.front());
       s->q.pop_front();
@@ -467,8 +471,13 @@ uint64_t enqueue_seq(Stream* s, Task t) {
   return ++s->enq;
 }
 
+// Waiting for a stream lets it run (under TANDEM_EMU_DEFER, nothing else does).
 void wait_done(Stream* s, uint64_t seq) {
   std::unique_lock<std::mutex> l(s->m);
+  if (s->released < seq) {
+    s->released = seq;
+    s->cv_task.notify_one();
+  }
   s->cv_done.wait(l, [&] { return s->done >= seq; });
 }
 
@@ -985,6 +994,7 @@ cudaError_t cudaStreamDestroy(cudaStream_t s) {
   {
     std::lock_guard<std::mutex> l(s->m);
     s->stop = true;
+    s->released = UINT64_MAX;
     s->cv_task.notify_one();
   }
   s->worker.join();  // runs what was queued first, as CUDA does
@@ -1003,6 +1013,10 @@ cudaError_t cudaStreamSynchronize(cudaStream_t s) { return ret(sync_stream(resol
 cudaError_t cudaStreamQuery(cudaStream_t stream) {
   Stream* s = resolve(stream);
   std::lock_guard<std::mutex> l(s->m);
+  if (s->released < s->enq) {  // a host that polls is waiting: the stream may run
+    s->released = s->enq;
+    s->cv_task.notify_one();
+  }
   if (s->done < s->enq) return cudaErrorNotReady;
   return sticky_error();
 }
@@ -1049,8 +1063,13 @@ cudaError_t cudaEventQuery(cudaEvent_t e) {
   if (e->stream == nullptr) return cudaSuccess;
   bool done;
   {
-    std::lock_guard<std::mutex> l(e->stream->m);
-    done = e->stream->done >= e->seq;
+    Stream* s = e->stream;
+    std::lock_guard<std::mutex> l(s->m);
+    done = s->done >= e->seq;
+    if (s->released < e->seq) {
+      s->released = e->seq;
+      s->cv_task.notify_one();
+    }
   }
   if (!done) return cudaErrorNotReady;
   release_pending(e->stream, e->seq);
@@ -1120,7 +1139,7 @@ std::string cuda_emulator_settings() {
      << schedule_name(s.schedule);
   if (s.schedule == Schedule::kRandom) os << " (seed " << s.seed << ")";
   os << ", racecheck " << (s.racecheck ? "on" : "off") << ", host access to device memory "
-     << (s.protect ? "faults" : "allowed");
+     << (s.protect ? "faults" : "allowed") << ", streams " << (s.defer ? "deferred" : "eager");
   return os.str();
 }
 
