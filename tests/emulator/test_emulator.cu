@@ -113,6 +113,19 @@ T* device(size_t n) {
   return static_cast<T*>(p);
 }
 
+// A 32-bit flag in mapped pinned memory, 0: the host's view and the device's alias.
+struct MappedFlag {
+  unsigned* host = nullptr;
+  unsigned* dev = nullptr;
+  MappedFlag() {
+    CHECK_CUDA(cudaHostAlloc(&host, 4, cudaHostAllocMapped));
+    *host = 0;
+    CHECK_CUDA(cudaHostGetDevicePointer(reinterpret_cast<void**>(&dev), host, 0));
+  }
+  ~MappedFlag() { cudaFreeHost(host); }
+  void set() { __atomic_store_n(host, 1u, __ATOMIC_RELEASE); }
+};
+
 template <typename T>
 std::vector<T> down(const T* p, size_t n) {
   std::vector<T> v(n);
@@ -288,32 +301,23 @@ TEST_CASE("emulator: fresh device memory and dynamic shared memory read as NaN")
 }
 
 TEST_CASE("emulator: a launch returns before its kernel runs; the host overlaps the device") {
-  unsigned* flag = nullptr;
-  CHECK_CUDA(cudaHostAlloc(&flag, 4, cudaHostAllocMapped));
-  *flag = 0;
-  unsigned* dflag = nullptr;
-  CHECK_CUDA(cudaHostGetDevicePointer(reinterpret_cast<void**>(&dflag), flag, 0));
-  CHECK(dflag != flag);  // the device alias is another address for the same bytes
+  MappedFlag flag;
+  CHECK(flag.dev != flag.host);  // the device alias is another address for the same bytes
   int* seen = device<int>(1);
   cudaStream_t s;
   CHECK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-  TANDEM_LAUNCH(1, 1, 0, s, spin_kernel)(dflag, seen);
+  TANDEM_LAUNCH(1, 1, 0, s, spin_kernel)(flag.dev, seen);
   std::this_thread::sleep_for(std::chrono::milliseconds(20));
   CHECK(cudaStreamQuery(s) == cudaErrorNotReady);  // still spinning: the host was not blocked
-  __atomic_store_n(flag, 1u, __ATOMIC_RELEASE);
+  flag.set();
   CHECK_CUDA(cudaStreamSynchronize(s));
   CHECK(down(seen, 1)[0] == 1);
   CHECK_CUDA(cudaStreamDestroy(s));
-  cudaFreeHost(flag);
   cudaFree(seen);
 }
 
 TEST_CASE("emulator: an event orders work across streams") {
-  unsigned* flag = nullptr;
-  CHECK_CUDA(cudaHostAlloc(&flag, 4, cudaHostAllocMapped));
-  *flag = 0;
-  unsigned* dflag = nullptr;
-  CHECK_CUDA(cudaHostGetDevicePointer(reinterpret_cast<void**>(&dflag), flag, 0));
+  MappedFlag flag;
   int* seen = device<int>(1);
   float* x = device<float>(4);
   cudaStream_t a, b;
@@ -321,7 +325,7 @@ TEST_CASE("emulator: an event orders work across streams") {
   CHECK_CUDA(cudaStreamCreate(&a));
   CHECK_CUDA(cudaStreamCreate(&b));
   CHECK_CUDA(cudaEventCreate(&e));
-  TANDEM_LAUNCH(1, 1, 0, a, spin_kernel)(dflag, seen);
+  TANDEM_LAUNCH(1, 1, 0, a, spin_kernel)(flag.dev, seen);
   CHECK_CUDA(cudaEventRecord(e, a));
   CHECK_CUDA(cudaStreamWaitEvent(b, e, 0));
   const float ones[4] = {1, 1, 1, 1};
@@ -329,14 +333,13 @@ TEST_CASE("emulator: an event orders work across streams") {
   std::this_thread::sleep_for(std::chrono::milliseconds(20));
   CHECK(cudaStreamQuery(b) == cudaErrorNotReady);  // b waits for a's event
   CHECK(cudaEventQuery(e) == cudaErrorNotReady);
-  __atomic_store_n(flag, 1u, __ATOMIC_RELEASE);
+  flag.set();
   CHECK_CUDA(cudaStreamSynchronize(b));
   CHECK(cudaEventQuery(e) == cudaSuccess);
   CHECK(down(x, 4)[3] == 1.0f);
   cudaEventDestroy(e);
   cudaStreamDestroy(a);
   cudaStreamDestroy(b);
-  cudaFreeHost(flag);
   cudaFree(seen);
   cudaFree(x);
 }

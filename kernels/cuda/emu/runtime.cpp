@@ -497,17 +497,20 @@ std::vector<Stream*> all_streams() {
   return streams().all;
 }
 
+// Waits for everything queued on s so far; its pinned copies become readable.
+void drain(Stream* s) {
+  uint64_t seq;
+  {
+    std::lock_guard<std::mutex> l(s->m);
+    seq = s->enq;
+  }
+  wait_done(s, seq);
+  release_pending(s, seq);
+}
+
 cudaError_t sync_all() {
   host_wait([] {
-    for (Stream* s : all_streams()) {
-      uint64_t seq;
-      {
-        std::lock_guard<std::mutex> l(s->m);
-        seq = s->enq;
-      }
-      wait_done(s, seq);
-      release_pending(s, seq);
-    }
+    for (Stream* s : all_streams()) drain(s);
   });
   return sticky_error();
 }
@@ -518,15 +521,7 @@ Stream* resolve(cudaStream_t s) { return s != nullptr ? s : default_stream(); }
 void enqueue(Stream* s, Task t) { enqueue_seq(s, std::move(t)); }
 
 cudaError_t sync_stream(Stream* s) {
-  host_wait([s] {
-    uint64_t seq;
-    {
-      std::lock_guard<std::mutex> l(s->m);
-      seq = s->enq;
-    }
-    wait_done(s, seq);
-    release_pending(s, seq);
-  });
+  host_wait([s] { drain(s); });
   return sticky_error();
 }
 
