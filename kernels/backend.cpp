@@ -3,10 +3,12 @@
 #include "kernels/backend.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <string>
+#include <thread>
 
 namespace tandem {
 namespace {
@@ -69,6 +71,30 @@ void Backend::download(const TensorView& src, const TensorView& dst) {
   synchronize();
   if (src.data != dst.data && src.nbytes() > 0)
     std::memcpy(dst.data, src.data, static_cast<size_t>(src.nbytes()));
+}
+
+void Backend::wait_host_flag(const TensorView& flag, uint32_t target,
+                             const std::function<void()>& help) {
+  TANDEM_CHECK(flag.dtype == DType::kI32 && flag.numel() >= 1 && flag.memory != MemoryKind::kDevice,
+               "host flag ", flag.describe());
+  if (help) help();
+  // Whatever raises the flag runs on other threads (help, if given, has normally waited for it).
+  for (int spins = 0; !host_flag_reached(flag, target); ++spins)
+    if (spins < 64)
+      std::this_thread::yield();
+    else
+      std::this_thread::sleep_for(std::chrono::microseconds(20));
+}
+
+void Backend::raise_host_flag(const TensorView& flag, uint32_t value) {
+  TANDEM_CHECK(flag.dtype == DType::kI32 && flag.numel() >= 1 && flag.memory != MemoryKind::kDevice,
+               "host flag ", flag.describe());
+  synchronize();  // a subclass that queues ops without overriding this: let them finish first
+  publish_host_flag(flag, value);
+}
+
+bool Backend::sample(const TensorView&, std::span<const SampleRow>, std::span<int32_t>) {
+  return false;
 }
 
 BackendBuffer::BackendBuffer(Backend& backend, DType t, std::initializer_list<int64_t> dims)

@@ -11,12 +11,15 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <initializer_list>
 #include <memory>
+#include <span>
 #include <string_view>
 #include <vector>
 
 #include "kernels/attn_partial.h"
+#include "kernels/sample_row.h"
 #include "kernels/tensor.h"
 
 namespace tandem {
@@ -52,6 +55,24 @@ struct KvPages {
 // The [rows, Hkv, d] view of page i of a paged span of T keys, where kv views the span as if
 // it were contiguous from page 0 (the layout attention_paged takes).
 TensorView kv_page(const TensorView& kv, const KvPages& pages, size_t i);
+
+// Host flags: a host flag is a 32-bit counter (an i32 [1] view, compared as unsigned) in
+// allocate_host memory that orders a backend's queue with host threads without blocking either
+// side. Its values only grow. A host thread raises it with publish_host_flag after writing what
+// the backend will read, and the backend's queue waits for it (Backend::wait_host_flag); or the
+// backend's queue raises it (Backend::raise_host_flag) after writing what a host thread will
+// read, and the host thread polls host_flag_reached before reading.
+
+// flag <- value with release ordering: whatever this thread wrote before is visible to whoever
+// sees the new value (a host thread, or a device reading the flag over the bus).
+inline void publish_host_flag(const TensorView& flag, uint32_t value) {
+  __atomic_store_n(static_cast<uint32_t*>(flag.data), value, __ATOMIC_RELEASE);
+}
+// Whether flag >= target, with acquire ordering (what was written before the flag was raised is
+// visible after a true answer).
+inline bool host_flag_reached(const TensorView& flag, uint32_t target) {
+  return __atomic_load_n(static_cast<const uint32_t*>(flag.data), __ATOMIC_ACQUIRE) >= target;
+}
 
 class Backend {
  public:
@@ -102,10 +123,33 @@ class Backend {
                                float scale, const AttnPartial& out) = 0;
   // a <- merge(a, b) row by row with merge_partial_row (kernels/attn_partial.h).
   virtual void merge(const AttnPartial& a, const AttnPartial& b) = 0;
-  // dst <- src, same shape, converting between f32/f16/bf16.
+  // dst <- src, same shape, converting between f32/f16/bf16. dst may also be allocate_host
+  // memory (host_memory_kind()): the backend writes it in place, for a host thread to read once
+  // a raise_host_flag queued after the copy is seen.
   virtual void copy(const TensorView& src, const TensorView& dst) = 0;
   // Waits until every queued operation has finished (no-op on the CPU backend).
   virtual void synchronize() {}
+
+  // ---- Ordering with host threads (host flags, above) ----
+  // The ops queued after this call start once flag >= target, the flag being raised by a host
+  // thread with publish_host_flag. A backend that queues its ops on a device (CUDA) queues the
+  // wait and returns at once: the calling thread never blocks on the thread that raises the
+  // flag. A backend whose ops run on the calling thread (this default: CPU) has to see the flag
+  // raised before it returns: it runs `help` first when given (the caller's way of waiting
+  // productively, e.g. HostAttention::wait, which lends this thread to the workers that will
+  // raise the flag), then blocks until the flag is reached.
+  virtual void wait_host_flag(const TensorView& flag, uint32_t target,
+                              const std::function<void()>& help = {});
+  // Queued like an op: once every op queued before it has finished, flag <- value (release, so
+  // a host thread that sees the value sees their results). At once on this default, whose ops
+  // have finished when they return.
+  virtual void raise_host_flag(const TensorView& flag, uint32_t value);
+  // ids[i] <- the token that rows[i] draws from row i of logits (f32 [n, vocab], backend memory;
+  // n == rows.size() == ids.size()); waits for the result, like download. Returns false, having
+  // done nothing, where the backend has no sampler of its own (this default: the caller samples
+  // the logits on the host, with the same rule).
+  virtual bool sample(const TensorView& logits, std::span<const SampleRow> rows,
+                      std::span<int32_t> ids);
 
   // ---- Memory ----
   // Where allocate() puts its bytes: kHost on the CPU backend, kDevice on a GPU. Views of

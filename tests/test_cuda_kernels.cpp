@@ -99,12 +99,6 @@ Buffer i32_buffer(const std::vector<int32_t>& v) {
   return b;
 }
 
-Buffer f32_buffer(const std::vector<float>& v) {
-  Buffer b(DType::kF32, {static_cast<int64_t>(v.size())});
-  std::memcpy(b.as<float>(), v.data(), v.size() * sizeof(float));
-  return b;
-}
-
 // A host copy of a contiguous host buffer of rank <= 3 (the CPU backend works in place on it).
 Buffer clone(const Buffer& src) {
   const TensorView& v = src.view();
@@ -626,7 +620,7 @@ TEST_CASE("cuda: the stream waits on a flag in mapped memory published by a CPU 
   cpu().merge({ro.view(), rl.view()}, {in.bo.view(), in.bl.view()});
   const DeviceBuffer dao = up(in.ao), dal = up(in.al);
   MappedBuffer flag(DType::kI32, {1}), bo(DType::kF32, {n, h, d}), bl(DType::kF32, {n, h});
-  publish_flag(flag.view(), 0);
+  publish_host_flag(flag.view(), 0);
   // The host partial is not there yet: NaN everywhere, which the merge must never see.
   std::fill_n(bo.as<float>(), n * h * d, std::numeric_limits<float>::quiet_NaN());
   std::fill_n(bl.as<float>(), n * h, std::numeric_limits<float>::quiet_NaN());
@@ -636,14 +630,39 @@ TEST_CASE("cuda: the stream waits on a flag in mapped memory published by a CPU 
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
     std::memcpy(bo.as<float>(), in.bo.as<float>(), static_cast<size_t>(in.bo.view().nbytes()));
     std::memcpy(bl.as<float>(), in.bl.as<float>(), static_cast<size_t>(in.bl.view().nbytes()));
-    publish_flag(flag.view(), 1);
+    publish_host_flag(flag.view(), 1);
   });
-  cuda_wait_flag(gpu(), flag.view(), 1);
+  bool helped = false;
+  gpu().wait_host_flag(flag.view(), 1, [&] { helped = true; });   // queued: returns at once
   gpu().merge({dao.view(), dal.view()}, {bo.view(), bl.view()});  // queued behind the wait
+  CHECK_FALSE(helped);  // a device backend never runs the host-side wait
   worker.join();
   gpu().synchronize();
   CHECK(rel_err(down(dao.view()), values(ro)) < kTol32);
   check_lse(down(dal.view()), values(rl), kTol32);
+}
+
+TEST_CASE("cuda: a copy into mapped memory is read by a CPU thread behind a raised flag",
+          "[gpu][copy][flag]") {
+  const Buffer h = random_buffer(DType::kF32, {1, 8, 64}, 330);
+  const DeviceBuffer src = up(h);
+  DeviceBuffer tmp(DType::kF32, {1, 8, 64});
+  MappedBuffer flag(DType::kI32, {1}), dst(DType::kF32, {1, 8, 64});
+  publish_host_flag(flag.view(), 0);
+  std::vector<float> seen;
+  // The CPU thread polls the flag, then reads what the device wrote in place.
+  std::jthread worker([&] {
+    while (!host_flag_reached(flag.view(), 7)) std::this_thread::yield();
+    seen.assign(dst.as<float>(), dst.as<float>() + 8 * 64);
+  });
+  gpu().add(src.view(), src.view(), tmp.view());  // work before the copy, as in a layer
+  gpu().copy(tmp.view(), dst.view());             // kernel writes through the device alias
+  gpu().raise_host_flag(flag.view(), 7);
+  gpu().synchronize();  // lets the stream run under TANDEM_EMU_DEFER; the reader goes by the flag
+  worker.join();
+  std::vector<float> twice = values(h);
+  for (float& x : twice) x *= 2.0f;
+  CHECK(rel_err(seen, twice) == 0.0);
 }
 
 TEST_CASE("cuda: attention over two spans merged equals attention over all keys",
@@ -670,7 +689,8 @@ TEST_CASE("cuda: attention over two spans merged equals attention over all keys"
 
 namespace {
 
-// The rule of cuda_sample (engine/sampler.cpp without penalties and min-p) with a given uniform.
+// The rule of Backend::sample (engine/sampler.cpp without penalties and min-p) with a given
+// uniform.
 int32_t ref_sample(const float* logits, int64_t vocab, float temp, int32_t top_k, float top_p,
                    float u) {
   SamplingParams p;
@@ -710,22 +730,21 @@ TEST_CASE("cuda: sampling greedy, temperature, top-k, top-p with given uniforms"
         top_k.push_back(params[i].top_k);
         top_p.push_back(params[i].top_p);
       }
-      const DeviceBuffer dl = up(logits), dt = up(f32_buffer(temp)), dk = up(i32_buffer(top_k)),
-                         dp = up(f32_buffer(top_p));
-      DeviceBuffer ids(DType::kI32, {n});
+      const DeviceBuffer dl = up(logits);
       std::mt19937 rng(ties ? 520 : 530);
       std::uniform_real_distribution<float> uni(0.0f, 1.0f);
       // Fewer draws on the large vocabulary: compute-sanitizer runs this file too.
       const int rounds = vocab > 10000 ? 3 : 16;
       for (int round = 0; round < rounds; ++round) {
         std::vector<float> u;
-        for (int64_t i = 0; i < n; ++i) u.push_back(uni(rng));
-        const DeviceBuffer du = up(f32_buffer(u));
-        fill_device_bytes(ids.view(), 0xff);
-        cuda_sample(gpu(), dl.view(), dt.view(), dk.view(), dp.view(), du.view(), ids.view());
-        gpu().synchronize();
-        std::vector<int32_t> got(static_cast<size_t>(n));
-        copy_to_host(ids.view(), TensorView(got.data(), DType::kI32, {n}));
+        std::vector<SampleRow> rows;
+        for (int64_t i = 0; i < n; ++i) {
+          u.push_back(uni(rng));
+          const size_t r = static_cast<size_t>(i);
+          rows.push_back(SampleRow{temp[r], top_k[r], top_p[r], 0.0f, u.back()});
+        }
+        std::vector<int32_t> got(static_cast<size_t>(n), -1);
+        REQUIRE(gpu().sample(dl.view(), rows, got));
         for (int64_t i = 0; i < n; ++i) {
           INFO("round " << round << " row " << i << " u " << u[static_cast<size_t>(i)]);
           CHECK(got[static_cast<size_t>(i)] ==

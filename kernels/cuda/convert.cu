@@ -22,19 +22,20 @@ void launch_to(const TensorView& src, const TensorView& dst, cudaStream_t stream
   const int64_t total = src.numel();
   const unsigned grid = grid_for(total, kThreads);
   const RowLayout ls = row_layout(src), ld = row_layout(dst);
-  const TS* s = static_cast<const TS*>(src.data);
+  const TS* s = static_cast<const TS*>(device_pointer(src));
+  void* d = device_pointer(dst);
   switch (dst.dtype) {
     case DType::kF32:
       TANDEM_LAUNCH(grid, kThreads, 0, stream, convert_kernel<TS, float>)
-      (s, ls, dst.as<float>(), ld, total);
+      (s, ls, static_cast<float*>(d), ld, total);
       break;
     case DType::kF16:
       TANDEM_LAUNCH(grid, kThreads, 0, stream, convert_kernel<TS, __half>)
-      (s, ls, dst.as<__half>(), ld, total);
+      (s, ls, static_cast<__half*>(d), ld, total);
       break;
     case DType::kBF16:
       TANDEM_LAUNCH(grid, kThreads, 0, stream, convert_kernel<TS, __nv_bfloat16>)
-      (s, ls, dst.as<__nv_bfloat16>(), ld, total);
+      (s, ls, static_cast<__nv_bfloat16*>(d), ld, total);
       break;
     default:
       TANDEM_CHECK(false, "copy dst dtype ", dtype_name(dst.dtype));
@@ -51,7 +52,8 @@ void convert(const TensorView& src, const TensorView& dst, cudaStream_t stream) 
   check_device_memory(dst, "copy dst");
   const int64_t total = src.numel();
   if (total == 0) return;
-  if (src.dtype == dst.dtype && src.contiguous() && dst.contiguous()) {
+  if (src.dtype == dst.dtype && src.contiguous() && dst.contiguous() &&
+      dst.memory != MemoryKind::kPinned) {
     TANDEM_CUDA_CHECK(cudaMemcpyAsync(dst.data, src.data, static_cast<size_t>(src.nbytes()),
                                       cudaMemcpyDefault, stream));
     return;

@@ -2,7 +2,8 @@
 // the rope inv_freq tables uploaded once each. Its memory is cudaMalloc'd device memory; upload
 // and download are copies on the stream (download waits for it). Each op checks its views and
 // launches the kernel of its own file (elementwise, convert, embedding, norm, softmax, rope,
-// matmul, attention, merge, sampling) on the stream; synchronize() waits for it.
+// matmul, attention, merge, sampling, flag_wait) on the stream; synchronize() waits for it.
+// Host flags are waited for and raised by kernels on the stream, so neither returns late.
 #include <algorithm>
 #include <utility>
 #include <vector>
@@ -38,6 +39,8 @@ class CudaBackend final : public Backend {
     cudaStreamSynchronize(stream_);  // nothing may still use the workspace or the tables
     for (RopeEntry& e : rope_tables_) cudaFree(e.device);
     cudaFree(page_table_);
+    cudaFree(sample_rows_);
+    cudaFreeHost(sample_ids_);
     cublasDestroy(cublas_);
     cudaStreamDestroy(stream_);
   }
@@ -86,8 +89,10 @@ class CudaBackend final : public Backend {
         "attention_paged: ", pages.count, " pages of ", pages.rows, " rows for ", k.describe());
     const size_t count = static_cast<size_t>(pages.count);
     if (count > page_table_cap_) {
-      synchronize();  // no queued kernel may still read the old table
-      if (page_table_ != nullptr) TANDEM_CUDA_CHECK(cudaFree(page_table_));
+      if (page_table_ != nullptr) {
+        synchronize();  // no queued kernel may still read the old table
+        TANDEM_CUDA_CHECK(cudaFree(page_table_));
+      }
       page_table_ = nullptr;
       page_table_cap_ = 0;
       const size_t cap = std::max<size_t>(count * 2, 256);
@@ -106,6 +111,53 @@ class CudaBackend final : public Backend {
     cuda::convert(src, dst, stream_);
   }
   void synchronize() override { TANDEM_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+
+  // The wait occupies one thread of one SM until the flag comes. Its timeout (a trap, fatal to
+  // the context) is far beyond any host attention of one layer: it only ends a hang.
+  void wait_host_flag(const TensorView& flag, uint32_t target,
+                      const std::function<void()>&) override {
+    cuda::wait_flag(flag, target, kFlagTimeoutMs, stream_);
+  }
+  void raise_host_flag(const TensorView& flag, uint32_t value) override {
+    cuda::raise_flag(flag, value, stream_);
+  }
+  // The rows are staged and uploaded (pageable: no wait), the ids come back through pinned
+  // memory: one wait for the stream.
+  bool sample(const TensorView& logits, std::span<const SampleRow> rows,
+              std::span<int32_t> ids) override {
+    const size_t n = rows.size();
+    TANDEM_CHECK(ids.size() == n &&
+                     (n == 0 || (logits.ndim == 2 && logits.dim(0) == static_cast<int64_t>(n))),
+                 "sample: ", n, " rows, ", ids.size(), " ids for logits ", logits.describe());
+    if (n == 0) return true;
+    if (n > sample_cap_) {
+      if (sample_cap_ > 0) {
+        synchronize();  // no queued kernel may still use the old buffers
+        cudaFree(sample_rows_);
+        cudaFree(sample_out_);
+        cudaFreeHost(sample_ids_);
+      }
+      sample_rows_ = nullptr;
+      sample_out_ = nullptr;
+      sample_ids_ = nullptr;
+      sample_cap_ = 0;
+      const size_t cap = std::max<size_t>(n * 2, 64);
+      TANDEM_CUDA_CHECK(cudaMalloc(&sample_rows_, cap * sizeof(SampleRow)));
+      TANDEM_CUDA_CHECK(cudaMalloc(&sample_out_, cap * sizeof(int32_t)));
+      TANDEM_CUDA_CHECK(cudaHostAlloc(&sample_ids_, cap * sizeof(int32_t), cudaHostAllocDefault));
+      sample_cap_ = cap;
+    }
+    TANDEM_CUDA_CHECK(cudaMemcpyAsync(sample_rows_, rows.data(), n * sizeof(SampleRow),
+                                      cudaMemcpyHostToDevice, stream_));
+    const int64_t rows_n = static_cast<int64_t>(n);
+    const TensorView out(sample_out_, DType::kI32, {rows_n}, MemoryKind::kDevice);
+    cuda::sample(logits, sample_rows_, out, stream_);
+    TANDEM_CUDA_CHECK(cudaMemcpyAsync(sample_ids_, sample_out_, n * sizeof(int32_t),
+                                      cudaMemcpyDeviceToHost, stream_));
+    synchronize();
+    std::copy_n(sample_ids_, n, ids.data());
+    return true;
+  }
 
   MemoryKind memory_kind() const override { return MemoryKind::kDevice; }
   void* allocate(int64_t bytes) override {
@@ -170,8 +222,6 @@ class CudaBackend final : public Backend {
     synchronize();
   }
 
-  cudaStream_t stream() const { return stream_; }
-
  private:
   // Whether p is page-locked host memory (cudaHostAlloc'd or registered).
   static bool is_pinned(const void* p) {
@@ -183,8 +233,15 @@ class CudaBackend final : public Backend {
     return attr.type == cudaMemoryTypeHost;
   }
 
+  static constexpr uint32_t kFlagTimeoutMs = 30000;
+
   int64_t* page_table_ = nullptr;  // attention_paged's page offsets
   size_t page_table_cap_ = 0;
+  // sample(): the rows (device), the ids (device, then pinned), for sample_cap_ rows.
+  SampleRow* sample_rows_ = nullptr;
+  int32_t* sample_out_ = nullptr;
+  int32_t* sample_ids_ = nullptr;
+  size_t sample_cap_ = 0;
 
   static void check_copy(const TensorView& src, const TensorView& dst, const char* what) {
     TANDEM_CHECK(src.dtype == dst.dtype && src.numel() == dst.numel() && src.contiguous() &&
@@ -259,21 +316,6 @@ std::unique_ptr<Backend> make_cuda_backend() {
     TANDEM_FAIL(kUnsupported, "CUDA device ", info.name, " (sm_", info.sm_major, info.sm_minor,
                 ") cannot run this build's kernels (rebuild with its CMAKE_CUDA_ARCHITECTURES)");
   return std::make_unique<CudaBackend>();
-}
-
-void cuda_sample(Backend& backend, const TensorView& logits, const TensorView& temperature,
-                 const TensorView& top_k, const TensorView& top_p, const TensorView& uniform,
-                 const TensorView& ids) {
-  auto* cb = dynamic_cast<CudaBackend*>(&backend);
-  TANDEM_CHECK(cb != nullptr, "cuda_sample needs the CUDA backend, got ", backend.name());
-  cuda::sample(logits, temperature, top_k, top_p, uniform, ids, cb->stream());
-}
-
-void cuda_wait_flag(Backend& backend, const TensorView& flag, uint32_t target,
-                    uint32_t timeout_ms) {
-  auto* cb = dynamic_cast<CudaBackend*>(&backend);
-  TANDEM_CHECK(cb != nullptr, "cuda_wait_flag needs the CUDA backend, got ", backend.name());
-  cuda::wait_flag(flag, target, timeout_ms, cb->stream());
 }
 
 }  // namespace tandem

@@ -27,6 +27,24 @@ void* device_alloc(int64_t bytes) {
   return p;
 }
 
+// Waits for all work on the device.
+void device_synchronize() { TANDEM_CUDA_CHECK(cudaDeviceSynchronize()); }
+
+// src (host memory of any kind) -> dst (device): same dtype and element count, both contiguous.
+// Returns when the copy is done and visible to every stream.
+void copy_to_device(const TensorView& src, const TensorView& dst) {
+  TANDEM_CHECK(src.dtype == dst.dtype && src.numel() == dst.numel() && src.contiguous() &&
+                   dst.contiguous() && dst.memory == MemoryKind::kDevice,
+               "copy_to_device ", src.describe(), " -> ", dst.describe());
+  if (src.nbytes() == 0) return;
+  device_synchronize();  // no kernel queued on another stream may still read dst
+  TANDEM_CUDA_CHECK(
+      cudaMemcpy(dst.data, src.data, static_cast<size_t>(src.nbytes()), cudaMemcpyHostToDevice));
+  // From pageable memory cudaMemcpy may return before the DMA lands, and the backend's stream
+  // does not wait for the legacy default stream: wait here so any stream sees the data.
+  device_synchronize();
+}
+
 }  // namespace
 
 void DeviceBuffer::Free::operator()(void* p) const { cudaFree(p); }
@@ -63,19 +81,6 @@ TensorView MappedBuffer::device_view() const {
   return contiguous_like(view_, dev, MemoryKind::kDevice);
 }
 
-void copy_to_device(const TensorView& src, const TensorView& dst) {
-  TANDEM_CHECK(src.dtype == dst.dtype && src.numel() == dst.numel() && src.contiguous() &&
-                   dst.contiguous() && dst.memory == MemoryKind::kDevice,
-               "copy_to_device ", src.describe(), " -> ", dst.describe());
-  if (src.nbytes() == 0) return;
-  device_synchronize();  // no kernel queued on another stream may still read dst
-  TANDEM_CUDA_CHECK(
-      cudaMemcpy(dst.data, src.data, static_cast<size_t>(src.nbytes()), cudaMemcpyHostToDevice));
-  // From pageable memory cudaMemcpy may return before the DMA lands, and the backend's stream
-  // does not wait for the legacy default stream: wait here so any stream sees the data.
-  device_synchronize();
-}
-
 void copy_to_host(const TensorView& src, const TensorView& dst) {
   TANDEM_CHECK(src.dtype == dst.dtype && src.numel() == dst.numel() && src.contiguous() &&
                    dst.contiguous() && dst.memory != MemoryKind::kDevice,
@@ -93,8 +98,6 @@ void fill_device_bytes(const TensorView& dst, uint8_t byte) {
   TANDEM_CUDA_CHECK(cudaMemset(dst.data, byte, static_cast<size_t>(dst.nbytes())));
   device_synchronize();  // cudaMemset on device memory is asynchronous (legacy default stream)
 }
-
-void device_synchronize() { TANDEM_CUDA_CHECK(cudaDeviceSynchronize()); }
 
 double measure_d2d_bandwidth_gbs(size_t bytes) {
   DeviceBuffer a(DType::kU8, {static_cast<int64_t>(bytes)});

@@ -59,21 +59,11 @@ class MappedBuffer {
   TensorView view_;
 };
 
-// src (host memory of any kind) -> dst (device): same dtype and element count, both contiguous.
-// Returns when the copy is done and visible to every stream.
-void copy_to_device(const TensorView& src, const TensorView& dst);
 // src (device) -> dst (host): waits for all device work first (every stream), then copies.
 void copy_to_host(const TensorView& src, const TensorView& dst);
 // Every byte of a contiguous device view set to `byte` (0xff poisons f32 with NaN); returns
 // when done.
 void fill_device_bytes(const TensorView& dst, uint8_t byte);
-// flag <- value (a 32-bit counter in mapped pinned memory) with release ordering: everything this
-// thread wrote before is visible to a GPU that reads the new value (cuda_wait_flag). Host only.
-inline void publish_flag(const TensorView& flag, uint32_t value) {
-  __atomic_store_n(static_cast<uint32_t*>(flag.data), value, __ATOMIC_RELEASE);
-}
-// Waits for all work on the device.
-void device_synchronize();
 // Device-to-device cudaMemcpy bandwidth in GB/s (1e9 bytes/s, bytes read + bytes written),
 // best of several copies of `bytes` bytes (choose it far above the L2 size).
 double measure_d2d_bandwidth_gbs(size_t bytes);

@@ -15,12 +15,6 @@ namespace {
 
 CudaDeviceInfo cuda_device_info() { return {}; }
 std::unique_ptr<Backend> make_cuda_backend() { no_cuda("the CUDA backend"); }
-void cuda_sample(Backend&, const TensorView&, const TensorView&, const TensorView&,
-                 const TensorView&, const TensorView&, const TensorView&) {
-  no_cuda("cuda_sample");
-}
-
-void cuda_wait_flag(Backend&, const TensorView&, uint32_t, uint32_t) { no_cuda("cuda_wait_flag"); }
 
 void DeviceBuffer::Free::operator()(void*) const {}
 void MappedBuffer::Free::operator()(void*) const {}
@@ -28,10 +22,8 @@ DeviceBuffer::DeviceBuffer(DType, std::initializer_list<int64_t>) { no_cuda("Dev
 DeviceBuffer DeviceBuffer::upload(const TensorView&) { no_cuda("DeviceBuffer"); }
 MappedBuffer::MappedBuffer(DType, std::initializer_list<int64_t>) { no_cuda("MappedBuffer"); }
 TensorView MappedBuffer::device_view() const { no_cuda("MappedBuffer"); }
-void copy_to_device(const TensorView&, const TensorView&) { no_cuda("copy_to_device"); }
 void copy_to_host(const TensorView&, const TensorView&) { no_cuda("copy_to_host"); }
 void fill_device_bytes(const TensorView&, uint8_t) { no_cuda("fill_device_bytes"); }
-void device_synchronize() { no_cuda("device_synchronize"); }
 double measure_d2d_bandwidth_gbs(size_t) { no_cuda("measure_d2d_bandwidth_gbs"); }
 
 }  // namespace tandem

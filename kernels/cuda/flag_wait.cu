@@ -1,5 +1,6 @@
-// Flag-wait kernel: grid 1 x 1, one thread spinning on an acquire load of the flag with
-// __nanosleep backoff (about 1 us between reads), bounded by %globaltimer.
+// Host-flag kernels, grid 1 x 1: the wait spins one thread on an acquire load of the flag with
+// __nanosleep backoff (about 1 us between reads), bounded by %globaltimer; the raise stores the
+// value with release ordering at system scope once the kernels before it have finished.
 #include "kernels/cuda/flag_wait.cuh"
 
 namespace tandem::cuda {
@@ -13,6 +14,18 @@ __device__ __forceinline__ uint32_t load_acquire_sys(const uint32_t* p) {
   uint32_t v;
   asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
   return v;
+#endif
+}
+
+// The fence orders this thread's view of every earlier write (the kernels before this one)
+// before the store at system scope; the emulator's release store does that by itself (and its
+// thread sanitizer instrumentation does not take a fence).
+__device__ __forceinline__ void store_release_sys(uint32_t* p, uint32_t v) {
+#ifdef TANDEM_CUDA_EMULATE
+  __atomic_store_n(p, v, __ATOMIC_RELEASE);
+#else
+  __threadfence_system();
+  asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 #endif
 }
 
@@ -34,14 +47,31 @@ __global__ void wait_flag_kernel(const uint32_t* flag, uint32_t target, uint64_t
   }
 }
 
+// Stream order makes every earlier kernel and copy complete before this one starts; the release
+// store makes their writes to mapped memory visible to a host thread that acquires the new value.
+__global__ void raise_flag_kernel(uint32_t* flag, uint32_t value) {
+  store_release_sys(flag, value);
+}
+
+const uint32_t* flag_pointer(const TensorView& flag, const char* what) {
+  TANDEM_CHECK(flag.dtype == DType::kI32 && flag.numel() >= 1, what, ": an i32 flag, got ",
+               flag.describe());
+  check_device_memory(flag, what);
+  const auto* p = static_cast<const uint32_t*>(device_pointer(flag));
+  TANDEM_CHECK((reinterpret_cast<uintptr_t>(p) & 3u) == 0, what, ": unaligned flag");
+  return p;
+}
+
 }  // namespace
 
+void raise_flag(const TensorView& flag, uint32_t value, cudaStream_t stream) {
+  auto* p = const_cast<uint32_t*>(flag_pointer(flag, "raise_flag"));
+  TANDEM_LAUNCH(1, 1, 0, stream, raise_flag_kernel)(p, value);
+  TANDEM_CUDA_LAUNCH_CHECK("raise_flag");
+}
+
 void wait_flag(const TensorView& flag, uint32_t target, uint32_t timeout_ms, cudaStream_t stream) {
-  TANDEM_CHECK(flag.dtype == DType::kI32 && flag.numel() >= 1, "wait_flag: an i32 flag, got ",
-               flag.describe());
-  check_device_memory(flag, "wait_flag flag");
-  const auto* p = static_cast<const uint32_t*>(device_pointer(flag));
-  TANDEM_CHECK((reinterpret_cast<uintptr_t>(p) & 3u) == 0, "wait_flag: unaligned flag");
+  const uint32_t* p = flag_pointer(flag, "wait_flag");
   TANDEM_LAUNCH(1, 1, 0, stream, wait_flag_kernel)(p, target, uint64_t{timeout_ms} * 1000000u);
   TANDEM_CUDA_LAUNCH_CHECK("wait_flag");
 }

@@ -166,13 +166,12 @@ __device__ Cut select(const float* row, int64_t vocab, float temp, Cut cut, Weig
 }
 
 __global__ void __launch_bounds__(kThreads)
-    sample_kernel(const float* logits, RowLayout ll, const float* temperature, const int32_t* top_k,
-                  const float* top_p, const float* uniform, int32_t* ids) {
+    sample_kernel(const float* logits, RowLayout ll, const SampleRow* rows, int32_t* ids) {
   __shared__ Shared sh;
   const int64_t i = blockIdx.x, vocab = ll.cols;
   const float* row = logits + ll.offset(i);
-  const float temp = temperature[i];
-  const int32_t k = top_k[i];
+  const float temp = rows[i].temperature;
+  const int32_t k = rows[i].top_k;
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
 
   // Greedy, and the max / candidate count for sampling: (value, first index) reductions.
@@ -234,7 +233,7 @@ __global__ void __launch_bounds__(kThreads)
   }
   z = block_sum_d(z, sh);
   const Weigh mass{true, mx, z};
-  const float tp = top_p[i];
+  const float tp = rows[i].top_p;
   if (tp < 1.0f) cut = select(row, vocab, temp, cut, mass, tp, false, sh);
   // The kept mass, then the draw.
   double total = 0.0;
@@ -245,37 +244,27 @@ __global__ void __launch_bounds__(kThreads)
     if (kept(order_key(s), static_cast<int32_t>(t), cut)) total += mass(s);
   }
   total = block_sum_d(total, sh);
-  const Cut pick =
-      select(row, vocab, temp, cut, mass, static_cast<double>(uniform[i]) * total, true, sh);
+  const Cut pick = select(row, vocab, temp, cut, mass, rows[i].uniform * total, true, sh);
   if (threadIdx.x == 0) ids[i] = pick.id;
 }
 
 }  // namespace
 
-void sample(const TensorView& logits, const TensorView& temperature, const TensorView& top_k,
-            const TensorView& top_p, const TensorView& uniform, const TensorView& ids,
+void sample(const TensorView& logits, const SampleRow* rows, const TensorView& ids,
             cudaStream_t stream) {
   TANDEM_CHECK(logits.dtype == DType::kF32 && logits.ndim == 2, "sample logits ",
                logits.describe());
   const int64_t n = logits.dim(0), vocab = logits.dim(1);
   TANDEM_CHECK(vocab > 0 && vocab < INT_MAX, "sample vocab ", vocab);
-  auto check_row_param = [&](const TensorView& t, DType dt, const char* what) {
-    TANDEM_CHECK(t.dtype == dt && t.numel() == n && t.contiguous(), "sample ", what, " ",
-                 t.describe(), " for logits ", logits.describe());
-    check_device_memory(t, what);
-  };
-  check_row_param(temperature, DType::kF32, "temperature");
-  check_row_param(top_k, DType::kI32, "top_k");
-  check_row_param(top_p, DType::kF32, "top_p");
-  check_row_param(uniform, DType::kF32, "uniform");
-  check_row_param(ids, DType::kI32, "ids");
+  TANDEM_CHECK(ids.dtype == DType::kI32 && ids.numel() == n && ids.contiguous(), "sample ids ",
+               ids.describe(), " for logits ", logits.describe());
+  TANDEM_CHECK(rows != nullptr || n == 0, "sample: no rows");
+  check_device_memory(ids, "ids");
   check_device_memory(logits, "logits");
   if (n == 0) return;
   TANDEM_CHECK(n <= 0x7fffffff, "sample: too many rows ", n);
   TANDEM_LAUNCH(static_cast<unsigned>(n), kThreads, 0, stream, sample_kernel)
-  (logits.as<const float>(), row_layout(logits), temperature.as<const float>(),
-   top_k.as<const int32_t>(), top_p.as<const float>(), uniform.as<const float>(),
-   ids.as<int32_t>());
+  (logits.as<const float>(), row_layout(logits), rows, ids.as<int32_t>());
   TANDEM_CUDA_LAUNCH_CHECK("sample");
 }
 
