@@ -7,7 +7,9 @@
 // internals) so it is explicit: submit publishes the batch with a release store that every
 // runner acquires; the parts of a split item count down an acq_rel counter and the last one
 // merges; every task counts down the batch's acq_rel counter and the last one runs on_done and
-// sets `done` under the batch mutex, which wait() reads after the task_group wait.
+// sets `done` under the batch mutex, which wait() reads after the task_group wait. A batch with a
+// start flag not yet raised sits in pending_ until the dispatcher thread sees the flag (polling
+// with backoff: the flag is raised by a device, which cannot wake a thread) and enqueues it.
 #include "cpu_attn/host_attention.h"
 
 #include <spdlog/sinks/stdout_color_sinks.h>
@@ -19,6 +21,7 @@
 #include <chrono>
 #include <cstring>
 #include <exception>
+#include <limits>
 
 #include "kernels/attn_partial.h"
 #include "kernels/common.h"
@@ -59,6 +62,8 @@ struct HostAttention::Batch {
   std::vector<float> part_lse;                         // [sum over split items of n_parts * G]
   std::unique_ptr<std::atomic<int32_t>[]> parts_left;  // per item
   std::function<void()> on_done;
+  HostAttnStart start;
+  bool waiting_start = false;  // in pending_ (guarded by HostAttention::pending_mu_)
 
   std::atomic<bool> published{false};
   std::atomic<size_t> next_task{0};   // the next task a runner takes
@@ -76,6 +81,19 @@ struct HostAttention::Batch {
 };
 
 namespace {
+
+bool start_reached(const HostAttnStart& s) {
+  return s.flag == nullptr || __atomic_load_n(s.flag, __ATOMIC_ACQUIRE) >= s.value;
+}
+
+// Every output of the batch NaN (a failed or cancelled batch).
+void poison_outputs(std::span<const HostAttnItem> items, int32_t head_dim) {
+  constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+  for (const HostAttnItem& it : items) {
+    std::fill_n(it.o, int64_t{it.G} * head_dim, kNaN);
+    std::fill_n(it.lse, it.G, kNaN);
+  }
+}
 
 // Rows [r0, r1) of the selected-row sequence of `blocks`, as block refs appended to out.
 void slice_rows(std::span<const HostBlockRef> blocks, int64_t r0, int64_t r1, int64_t row_bytes,
@@ -124,6 +142,19 @@ HostAttention::HostAttention(int threads, int32_t head_dim, float scale, DType k
 }
 
 HostAttention::~HostAttention() {
+  std::deque<std::shared_ptr<Batch>> never_started;
+  {
+    std::lock_guard<std::mutex> lock(pending_mu_);
+    never_started.swap(pending_);
+    for (auto& b : never_started) b->waiting_start = false;
+    stop_ = true;
+  }
+  pending_cv_.notify_all();
+  if (dispatcher_.joinable()) dispatcher_.join();
+  for (auto& b : never_started) {  // their flags may never come: finished as cancelled
+    poison_outputs(b->items, head_dim_);
+    finish_batch(*b);
+  }
   std::map<uint64_t, std::shared_ptr<Batch>> left;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -138,7 +169,7 @@ HostAttention::~HostAttention() {
 }
 
 HostAttention::Ticket HostAttention::submit(std::vector<HostAttnItem> items,
-                                            std::function<void()> on_done) {
+                                            std::function<void()> on_done, HostAttnStart start) {
   auto b = std::make_shared<Batch>();
   const int64_t row_bytes = head_dim_ * dtype_size(kv_dtype_);
   // Selected rows per item, and the part size that gives about kTasksPerThread tasks per worker.
@@ -192,6 +223,7 @@ HostAttention::Ticket HostAttention::submit(std::vector<HostAttnItem> items,
   b->part_o.resize(static_cast<size_t>(scratch * head_dim_));
   b->items = std::move(items);
   b->on_done = std::move(on_done);
+  b->start = start;
   b->published.store(true, std::memory_order_release);
 
   Ticket t;
@@ -200,11 +232,61 @@ HostAttention::Ticket HostAttention::submit(std::vector<HostAttnItem> items,
     t.id = next_id_++;
     batches_.emplace(t.id, b);
   }
-  // The root task holds a raw pointer: batches_ keeps the batch alive until wait() has seen the
-  // task_group finish.
-  Batch* raw = b.get();
-  arena_.enqueue(raw->tg.defer([this, raw] { run_batch(*raw); }));
+  if (start_reached(start)) {
+    start_batch(*b);
+    return t;
+  }
+  {
+    std::lock_guard<std::mutex> lock(pending_mu_);
+    b->waiting_start = true;
+    pending_.push_back(b);
+    if (!dispatcher_.joinable()) dispatcher_ = std::thread([this] { dispatch_loop(); });
+  }
+  pending_cv_.notify_all();
   return t;
+}
+
+// The root task holds a raw pointer: batches_ keeps the batch alive until wait() has seen the
+// task_group finish.
+void HostAttention::start_batch(Batch& b) {
+  Batch* raw = &b;
+  arena_.enqueue(raw->tg.defer([this, raw] { run_batch(*raw); }));
+}
+
+void HostAttention::dispatch_loop() {
+  std::unique_lock<std::mutex> lock(pending_mu_);
+  int idle = 0;
+  while (!stop_) {
+    if (pending_.empty()) {
+      pending_cv_.wait(lock);
+      idle = 0;
+      continue;
+    }
+    bool started = false;
+    for (auto it = pending_.begin(); it != pending_.end();) {
+      if (start_reached((*it)->start)) {
+        (*it)->waiting_start = false;
+        start_batch(**it);
+        it = pending_.erase(it);
+        started = true;
+      } else {
+        ++it;
+      }
+    }
+    if (started) {
+      pending_cv_.notify_all();  // wait() may be waiting for the start
+      idle = 0;
+      continue;
+    }
+    // Nothing to start: the flags come from a device, which cannot wake this thread. Yield a
+    // few times (the next flag is usually a kernel or two away), then sleep in short steps.
+    lock.unlock();
+    if (idle++ < 32)
+      std::this_thread::yield();
+    else
+      std::this_thread::sleep_for(std::chrono::microseconds(10));
+    lock.lock();
+  }
 }
 
 void HostAttention::run_batch(Batch& b) {
@@ -230,6 +312,12 @@ void HostAttention::run_tasks(Batch& b) {
 }
 
 void HostAttention::finish_batch(Batch& b) {
+  bool failed = false;
+  {
+    std::lock_guard<std::mutex> lock(b.mu);
+    failed = b.error != nullptr;
+  }
+  if (failed) poison_outputs(b.items, head_dim_);
   if (b.on_done) {
     try {
       b.on_done();
@@ -292,6 +380,10 @@ std::shared_ptr<HostAttention::Batch> HostAttention::find(Ticket t) const {
 void HostAttention::wait(Ticket t) {
   const auto t0 = std::chrono::steady_clock::now();
   const std::shared_ptr<Batch> b = find(t);
+  {
+    std::unique_lock<std::mutex> lock(pending_mu_);
+    pending_cv_.wait(lock, [&] { return !b->waiting_start; });
+  }
   // Joins the arena (a slot is reserved for this) and runs tasks until the batch is done; when it
   // cannot join (threads == 1) the wait runs as a task of the arena and this thread blocks.
   arena_.execute([&] { b->tg.wait(); });
@@ -310,6 +402,19 @@ void HostAttention::wait(Ticket t) {
           .count(),
       std::memory_order_relaxed);
   if (error) std::rethrow_exception(error);
+}
+
+void HostAttention::cancel(Ticket t) {
+  const std::shared_ptr<Batch> b = find(t);
+  {
+    std::lock_guard<std::mutex> lock(pending_mu_);
+    if (!b->waiting_start) return;  // started (or finished) already
+    b->waiting_start = false;
+    pending_.erase(std::find(pending_.begin(), pending_.end(), b));
+  }
+  pending_cv_.notify_all();
+  poison_outputs(b->items, head_dim_);
+  finish_batch(*b);
 }
 
 bool HostAttention::ready(Ticket t) const {

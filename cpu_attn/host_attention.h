@@ -1,7 +1,9 @@
 // HostAttention: runs batches of host attention work items (one per sequence and KV head) on its
 // own oneTBB task_arena, asynchronously: submit() returns at once, wait() blocks until that batch
 // is done. Several batches may be in flight (layer-ahead mode submits layer i + 1 while layer i
-// is outstanding).
+// is outstanding). A batch may wait for a start flag (its queries are still being written by a
+// device) and signal its end through on_done (a flag the device waits for), so the thread that
+// drives the device never has to block on it.
 //
 // Tasks are sized to the cores: an item whose selected rows exceed about 1 / (4 * threads) of the
 // batch is split into parts whose partials are merged with merge_partial_row, so one long
@@ -12,12 +14,15 @@
 #include <tbb/task_arena.h>
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <span>
+#include <thread>
 #include <vector>
 
 #include "cpu_attn/host_kernel.h"
@@ -34,6 +39,14 @@ struct HostAttnItem {
   float* o = nullptr;        // f32 [G, head_dim] out
   float* lse = nullptr;      // f32 [G] out, natural log; -inf when nothing is selected
   std::span<const HostBlockRef> blocks;
+};
+
+// When a batch may start: once *flag >= value (unsigned, read with acquire ordering), a host flag
+// (kernels/backend.h) that a device raises after writing what the items read (their queries).
+// A null flag: at once.
+struct HostAttnStart {
+  const uint32_t* flag = nullptr;
+  uint32_t value = 0;
 };
 
 class HostAttention {
@@ -55,13 +68,25 @@ class HostAttention {
 
   // Queues the items and returns at once. on_done, if set, runs on a worker once the whole
   // batch is done (successfully or not), e.g. to raise a completion flag the GPU polls; it must
-  // be cheap and must not throw. Throws tandem::Error at once on a malformed item.
-  Ticket submit(std::vector<HostAttnItem> items, std::function<void()> on_done = {});
+  // be cheap and must not throw. When a task fails, every output of the batch (o and lse of each
+  // item) is NaN before on_done runs, so a reader that does not wait (a device polling the flag)
+  // gets NaN rather than stale numbers; wait() rethrows the error. Throws tandem::Error at once
+  // on a malformed item. With a start flag not reached yet, the batch waits in a queue that a
+  // dispatcher thread of this instance polls (no arena thread blocks on it) and starts once the
+  // flag is reached; the item pointers must be valid from submit on, the contents they read only
+  // once the flag is raised.
+  Ticket submit(std::vector<HostAttnItem> items, std::function<void()> on_done = {},
+                HostAttnStart start = {});
   // Blocks until the batch is done, helping to run the arena's tasks meanwhile, then forgets
-  // the ticket. Rethrows the first exception raised by one of its tasks.
+  // the ticket. Rethrows the first exception raised by one of its tasks. A batch still waiting
+  // for its start flag is waited for too (cancel() first where the flag may never come).
   void wait(Ticket t);
   // True when the batch is done (wait() would not block). Does not consume the ticket.
   bool ready(Ticket t) const;
+  // A batch still waiting for its start flag is finished without running: its outputs are NaN,
+  // on_done runs (on this thread). A started batch is not affected. The ticket is still waited
+  // on (wait returns at once after a cancel that took effect).
+  void cancel(Ticket t);
 
   // Total thread-seconds spent in attention tasks since construction (for metrics).
   double busy_seconds() const;
@@ -80,6 +105,8 @@ class HostAttention {
   void run_tasks(Batch& b);
   void run_task(Batch& b, size_t t);
   void finish_batch(Batch& b);
+  void start_batch(Batch& b);  // enqueues the batch's root task into the arena
+  void dispatch_loop();        // the dispatcher thread: starts queued batches whose flag is up
 
   int threads_;
   int32_t head_dim_;
@@ -91,6 +118,12 @@ class HostAttention {
   mutable std::mutex mu_;  // guards batches_ and next_id_
   std::map<uint64_t, std::shared_ptr<Batch>> batches_;
   uint64_t next_id_ = 1;
+  // Batches waiting for their start flag, oldest first, and the thread that starts them.
+  std::mutex pending_mu_;               // guards pending_, stop_ and every Batch::waiting_start
+  std::condition_variable pending_cv_;  // a batch queued or started, or stop_
+  std::deque<std::shared_ptr<Batch>> pending_;
+  bool stop_ = false;
+  std::thread dispatcher_;  // started with the first batch that has to wait
 };
 
 }  // namespace tandem

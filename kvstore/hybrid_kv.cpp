@@ -27,12 +27,16 @@ HybridKv::HybridKv(Backend& backend, const KvShape& shape, const KvConfig& cfg,
       layers_(static_cast<size_t>(shape.n_layer)),
       sinks_(cfg.window == 0 ? 0 : std::min(cfg.sinks, cfg.block)),
       staging_(staging) {
-  const int64_t part = int64_t{shape.n_head_q} * (shape.head_dim + 1);
+  const int64_t qd = int64_t{shape.n_head_q} * shape.head_dim, part = qd + shape.n_head_q;
   partials_ = BackendBuffer::host(backend, DType::kF32, {shape.n_layer, part});
+  queries_ = BackendBuffer::host(backend, DType::kF32, {shape.n_layer, qd});
+  flags_ = BackendBuffer::host(backend, DType::kI32, {2, shape.n_layer});
+  std::fill_n(flags_.as<int32_t>(), 2 * shape.n_layer, 0);
   for (size_t i = 0; i < layers_.size(); ++i) {
     Layer& l = layers_[i];
     l.host_o = partials_.as<float>() + static_cast<int64_t>(i) * part;
-    l.host_lse = l.host_o + int64_t{shape.n_head_q} * shape.head_dim;
+    l.host_lse = l.host_o + qd;
+    l.host_q = queries_.as<float>() + static_cast<int64_t>(i) * qd;
     l.refs.resize(static_cast<size_t>(shape.n_head_kv));
     l.idx.resize(static_cast<size_t>(shape.n_head_kv));
   }
@@ -42,9 +46,13 @@ HybridKv::HybridKv(Backend& backend, const KvShape& shape, const KvConfig& cfg,
 
 HybridKv::~HybridKv() {
   for (Layer& l : layers_) {
-    if (l.ticket) {
+    for (const auto& t : {l.ticket, l.merged}) {
+      if (!t) continue;
       try {
-        host_attn_.wait(*l.ticket);
+        // A batch whose query the device has not delivered yet (a step that failed half way)
+        // may never start: finished without running, its flag raised for a device that waits.
+        host_attn_.cancel(*t);
+        host_attn_.wait(*t);
       } catch (...) {  // the sequence is going away; its partial is not needed
       }
     }
@@ -140,6 +148,15 @@ int64_t HybridKv::device_blocks_for(const KvConfig& cfg, int32_t n_layer, int32_
 // ---- the step ---------------------------------------------------------------------------------
 
 void HybridKv::begin_step(bool decode, bool observe) {
+  // Batches merged on a device in an earlier step: done by now (the host read that step's logits
+  // or tokens back after the merges), so this frees their tickets without blocking, and reports
+  // an error one of them raised (its partial was NaN, so were that step's logits).
+  for (Layer& l : layers_) {
+    if (!l.merged) continue;
+    const HostAttention::Ticket t = *l.merged;
+    l.merged.reset();
+    host_attn_.wait(t);
+  }
   decode_ = decode;
   observe_ = observe;
 }
@@ -152,7 +169,19 @@ void HybridKv::prefetch(Backend& backend, int32_t layer, const TensorView& q_pre
   Layer& l = layers_[static_cast<size_t>(layer)];
   TANDEM_CHECK(!l.ticket, "prefetch of layer ", layer, " while one is in flight");
   if (l.host_tokens == 0) return;
-  submit_host(l, host_readable(backend, q_pred, q_stage_));
+  // The host reads the predicted query only where the selection needs it (or reading it costs
+  // nothing); otherwise the backend hands it to the workers, and this thread goes on.
+  const bool read = selection_reads_query() || backend.host_accessible();
+  submit_host(backend, l, layer, q_pred, read ? host_readable(backend, q_pred, q_stage_) : nullptr);
+}
+
+TensorView HybridKv::query_flag(int32_t layer) const {
+  return TensorView(flags_.as<int32_t>() + layer, DType::kI32, {1}, flags_.view().memory);
+}
+
+TensorView HybridKv::partial_flag(int32_t layer) const {
+  return TensorView(flags_.as<int32_t>() + shape_.n_layer + layer, DType::kI32, {1},
+                    flags_.view().memory);
 }
 
 AttnPartial HybridKv::scratch(int64_t n) {
@@ -252,10 +281,29 @@ void HybridKv::host_partial_dense(Backend& be, Layer& l, const TensorView& q,
   be.merge(out, part);
 }
 
-void HybridKv::submit_host(Layer& l, const float* q_in) {
+void HybridKv::submit_host(Backend& be, Layer& l, int32_t layer, const TensorView& q_in,
+                           const float* qh) {
   const int32_t G = shape_.n_head_q / shape_.n_head_kv, d = shape_.head_dim, b = cfg_.block;
-  l.host_q.assign(q_in, q_in + int64_t{shape_.n_head_q} * d);
-  const float* q = l.host_q.data();
+  TANDEM_CHECK(qh != nullptr || !selection_reads_query(), "topk selection needs the query");
+  // Buffers of the layer are reused batch after batch: the query buffer and the partial are
+  // written (by the host here, by the backend's copy, by the workers once the query has landed)
+  // only after the merge of the layer's previous batch has run, which read the partial after
+  // that batch's workers were done with the query. The host path follows host_readable, which
+  // on a device backend waited for every op queued before, that merge included; the backend's
+  // copy is queued after that merge.
+  const uint32_t seq = ++l.submitted;
+  const int64_t qn = int64_t{shape_.n_head_q} * d;
+  HostAttnStart start;
+  if (qh != nullptr) {
+    std::copy_n(qh, qn, l.host_q);
+  } else {
+    be.copy(q_in.reshape({1, shape_.n_head_q, d}),
+            TensorView(l.host_q, DType::kF32, {1, shape_.n_head_q, d}, queries_.view().memory));
+    const TensorView qf = query_flag(layer);
+    be.raise_host_flag(qf, seq);
+    start = HostAttnStart{static_cast<const uint32_t*>(qf.data), seq};
+  }
+  const float* q = l.host_q;
   const int64_t es = dtype_size(layout_.dtype);
   const int32_t nblocks = static_cast<int32_t>(l.host.size());
   auto rows_of = [&](int32_t j) { return std::min(b, l.host_tokens - j * b); };
@@ -295,8 +343,8 @@ void HybridKv::submit_host(Layer& l, const float* q_in) {
         std::vector<std::pair<int32_t, int32_t>> spans;  // (start in idx, count) per block
         for (int32_t j = 0; j < nblocks; ++j) {
           const float* maw = host_maw(l.host[static_cast<size_t>(j)]) + int64_t{g} * b;
-          const int32_t start = static_cast<int32_t>(idx.size());
-          spans.emplace_back(start, select_above(maw, rows_of(j), threshold, idx));
+          const int32_t first = static_cast<int32_t>(idx.size());
+          spans.emplace_back(first, select_above(maw, rows_of(j), threshold, idx));
         }
         for (int32_t j = 0; j < nblocks; ++j) {  // idx no longer grows: pointers are stable
           if (spans[static_cast<size_t>(j)].second == 0) continue;
@@ -315,7 +363,9 @@ void HybridKv::submit_host(Layer& l, const float* q_in) {
         HostAttnItem{qg, G, l.host_o + int64_t{g} * G * d, l.host_lse + int64_t{g} * G, refs});
   }
   ++stats_.decode_layers;
-  l.ticket = host_attn_.submit(std::move(items));
+  // The workers raise the partial's flag when they are done (NaN partial if they failed).
+  l.ticket = host_attn_.submit(
+      std::move(items), [flag = partial_flag(layer), seq] { publish_host_flag(flag, seq); }, start);
 }
 
 void HybridKv::update_maw(Layer& l, const float* q, const float* lse_dev, const float* k_new) {
@@ -602,22 +652,27 @@ void HybridKv::observe_prompt(Layer& l, const float* q, const float* lse, int64_
                 first_window_pos + static_cast<int32_t>(i) * b);
 }
 
-void HybridKv::merge_host(Backend& be, Layer& l, const AttnPartial& out) {
+void HybridKv::merge_host(Backend& be, Layer& l, int32_t layer, const AttnPartial& out) {
   const MemoryKind mem = partials_.view().memory;
-  AttnPartial part{TensorView(l.host_o, DType::kF32, {1, shape_.n_head_q, shape_.head_dim}, mem),
-                   TensorView(l.host_lse, DType::kF32, {1, shape_.n_head_q}, mem)};
-  // The merge reads the partial in place: host memory on a host-accessible backend, pinned and
-  // mapped on a GPU. The host rewrites it only in a later step, after that step's downloads
-  // have waited for this merge. Plain host memory on a device backend is uploaded first.
-  if (!be.host_accessible() && mem == MemoryKind::kHost) {
-    if (part_o_.empty()) {
-      part_o_ = BackendBuffer(backend_, DType::kF32, {1, shape_.n_head_q, shape_.head_dim});
-      part_lse_ = BackendBuffer(backend_, DType::kF32, {1, shape_.n_head_q});
-    }
-    be.upload(part.o, part_o_.view());
-    be.upload(part.lse, part_lse_.view());
-    part = AttnPartial{part_o_.view(), part_lse_.view()};
+  const AttnPartial part{
+      TensorView(l.host_o, DType::kF32, {1, shape_.n_head_q, shape_.head_dim}, mem),
+      TensorView(l.host_lse, DType::kF32, {1, shape_.n_head_q}, mem)};
+  const HostAttention::Ticket t = *l.ticket;
+  l.ticket.reset();
+  if (l.merged) {  // not reaped by a begin_step (a caller that skipped it): reap it now
+    const HostAttention::Ticket old = *l.merged;
+    l.merged.reset();
+    host_attn_.wait(old);
   }
+  // A device backend queues the wait for the partial's flag and returns; a backend that runs
+  // ops on this thread waits for the batch here, helping its workers.
+  bool waited = false;
+  be.wait_host_flag(partial_flag(layer), l.submitted, [&] {
+    waited = true;
+    host_attn_.wait(t);
+  });
+  if (!waited) l.merged = t;
+  // The merge reads the partial in place (allocate_host memory: pinned and mapped on a GPU).
   be.merge(out, part);
 }
 
@@ -638,10 +693,14 @@ void HybridKv::attend(Backend& be, int32_t layer, const TensorView& q, const Ten
   // in place on a host-accessible backend, else downloaded here, synchronously (with async
   // copies: a side stream behind an event). Without a host side (a device pool without mirror:
   // full, topk) the new rows are copied on the device and no k or v is downloaded.
-  const bool need_q = (host_async && !l.ticket) || (maw && (decode || observe_));
+  // Parallel mode (and layer 0 of ahead mode) submit the host part now, beside the device part;
+  // the query reaches the workers through the host where the host reads it anyway, else through
+  // the backend (submit_host).
+  const bool submit_now = host_async && !l.ticket;
+  const bool need_q = (submit_now && (selection_reads_query() || be.host_accessible())) ||
+                      (maw && (decode || observe_));
   const float* qh = need_q ? host_readable(be, q, q_stage_) : nullptr;
-  // Parallel mode (and layer 0 of ahead mode): the host part starts now, beside the device part.
-  if (host_async && !l.ticket) submit_host(l, qh);
+  if (submit_now) submit_host(be, l, layer, q, qh);
 
   device_partial(be, l, q, k, v, q_pos, out);
   const bool rows_on_host = device_.host_side() || cfg_.window == 0;
@@ -649,9 +708,7 @@ void HybridKv::attend(Backend& be, int32_t layer, const TensorView& q, const Ten
   const float* vh = rows_on_host ? host_readable(be, v, v_stage_) : nullptr;
   if (decode && maw) update_maw(l, qh, host_readable(be, out.lse, lse_stage_), kh);
   if (host_async) {
-    host_attn_.wait(*l.ticket);
-    l.ticket.reset();
-    merge_host(be, l, out);
+    merge_host(be, l, layer, out);
   } else if (l.host_tokens > 0) {
     host_partial_dense(be, l, q, q_pos, out);  // prefill: exact under every policy
   }

@@ -7,8 +7,17 @@
 // Device attention and the merge run on the backend. The host side reads the step's q, k, v and
 // the device lse, and keeps the MAW values; where the backend's memory is not host-accessible
 // those are downloaded (synchronously for now), device blocks are written through a host mirror
-// and uploaded, MAW lives in the mirror only, eviction copies from the mirror, and the host
-// partial (and, for an exact prefill, each host block) is uploaded before the backend reads it.
+// and uploaded, MAW lives in the mirror only, eviction copies from the mirror, and for an exact
+// prefill each host block is uploaded before the backend reads it.
+//
+// A decode step's host partial is handed over through host flags (kernels/backend.h), per layer:
+// the query the CPU workers read is written into allocate_host memory, by the host where it has
+// the query anyway, else by the backend's queue, which then raises the layer's query flag (the
+// batch starts when it sees it); the workers write the partial into allocate_host memory and
+// raise the layer's partial flag; the backend's merge waits for that flag and reads the partial
+// in place. On a device backend the thread that drives it thus never waits for the CPU workers
+// (nor, where the host does not need the query itself, for the device); on the CPU backend the
+// wait lends the thread to the workers, as before.
 #pragma once
 
 #include <deque>
@@ -91,12 +100,16 @@ class HybridKv final : public SequenceKv {
     std::vector<int32_t> host;  // host blocks, oldest first; all full except with window 0
     int32_t host_tokens = 0;
     // Host partial of a decode step in flight (parallel or ahead), and what its work points to.
-    std::optional<HostAttention::Ticket> ticket;
+    std::optional<HostAttention::Ticket> ticket;  // submitted, merge not queued yet
+    // Merge queued on a backend that did not wait on the host: the batch is waited on (its
+    // ticket freed, an error reported) at the next begin_step, when it is long done.
+    std::optional<HostAttention::Ticket> merged;
+    uint32_t submitted = 0;     // batches of this layer so far: the values its flags reach
     float* host_o = nullptr;    // [n_head_q, head_dim] in partials_
     float* host_lse = nullptr;  // [n_head_q] in partials_
     // The query the work reads: a copy, since the caller's (e.g. the model's predicted-query
     // buffer in ahead mode) is overwritten by the next layer before this one is merged.
-    std::vector<float> host_q;                    // [n_head_q, head_dim]
+    float* host_q = nullptr;                      // [n_head_q, head_dim] in queries_
     std::vector<std::vector<HostBlockRef>> refs;  // per KV head
     std::vector<std::vector<int32_t>> idx;        // per KV head: selected rows, all blocks
   };
@@ -118,7 +131,14 @@ class HybridKv final : public SequenceKv {
   float* host_kmax(int32_t id) const;
 
   int32_t device_tokens(const Layer& l) const;
-  void submit_host(Layer& l, const float* q);  // one decode query [n_head_q, head_dim]
+  // Whether submit_host reads the query on the host (topk selects blocks with it).
+  bool selection_reads_query() const { return cfg_.sparse == SparsePolicy::kTopk; }
+  // The host part of a decode step for one query q [1, n_head_q, head_dim] (backend memory):
+  // qh is the same query on the host, or null to have the backend hand it to the workers.
+  void submit_host(Backend& be, Layer& l, int32_t layer, const TensorView& q, const float* qh);
+  // The i32 [1] host flags of a layer: what its query and its partial have reached.
+  TensorView query_flag(int32_t layer) const;
+  TensorView partial_flag(int32_t layer) const;
   // out <- attention over every host entry (exact), for any number of queries.
   void host_partial_dense(Backend& be, Layer& l, const TensorView& q, const TensorView& q_pos,
                           const AttnPartial& out);
@@ -128,8 +148,8 @@ class HybridKv final : public SequenceKv {
   // out <- out merged with attention over one span.
   void add_span(Backend& be, const TensorView& q, const TensorView& k, const TensorView& v,
                 const TensorView& q_pos, int64_t k_pos0, const AttnPartial& out, bool& first);
-  // The host partial of a decode step merged into out (uploaded first where needed).
-  void merge_host(Backend& be, Layer& l, const AttnPartial& out);
+  // The host partial of a decode step merged into out, after the backend waited for it.
+  void merge_host(Backend& be, Layer& l, int32_t layer, const AttnPartial& out);
   void update_maw(Layer& l, const float* q, const float* lse_dev, const float* k_new);
   // n rows of k and v ([n, n_head_kv, head_dim] f32) stored at length_...: k, v in host memory
   // (may be null where the device pool has no host side, the window is not 0 and k_dev, v_dev,
@@ -163,17 +183,18 @@ class HybridKv final : public SequenceKv {
   BackendBuffer tmp_o_, tmp_lse_;  // partial of one span (backend memory)
   int64_t tmp_rows_ = 0;
   Buffer new_maw_;
-  // Where the host cannot read backend memory: the host partial and one host block (K, V) as
-  // uploaded for the backend, and the step's activations as downloaded for the host.
-  BackendBuffer part_o_, part_lse_;
+  // Where the host cannot read backend memory: the host blocks as uploaded for the backend, and
+  // the step's activations as downloaded for the host.
   HostSpanStaging& staging_;
   std::vector<float> q_stage_, lse_stage_, k_stage_, v_stage_;
   std::vector<float> row_buf_;         // converted K/V rows
   std::vector<float> q_scaled_;        // update_maw's scale * q
   std::vector<int64_t> page_offsets_;  // pages of an attention_paged call
   // The host partials of every layer, [n_layer, n_head_q * (head_dim + 1)]: host memory the
-  // backend's merge reads in place (pinned and mapped on a GPU: no upload).
-  BackendBuffer partials_;
+  // backend's merge reads in place (pinned and mapped on a GPU: no upload). The queries the host
+  // work reads, [n_layer, n_head_q * head_dim], which the backend may write in place. The flags,
+  // i32 [2, n_layer]: per layer the query's, then the partial's. All from allocate_host.
+  BackendBuffer partials_, queries_, flags_;
   std::vector<uint8_t> evict_k_, evict_v_, rows_stage_;  // device rows passing through the host
   HostStats stats_;
 };

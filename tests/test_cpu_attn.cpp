@@ -6,10 +6,12 @@
 #include <algorithm>
 #include <atomic>
 #include <catch2/catch.hpp>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <random>
+#include <span>
 #include <thread>
 #include <vector>
 
@@ -409,4 +411,67 @@ TEST_CASE("HostAttention: ready, empty batches, destruction with batches in flig
   const Errors e = compare(o.data(), lse.data(), ro, rl, G, d);
   CHECK(e.o < kTol);
   CHECK(e.lse < kTol);
+}
+
+TEST_CASE("HostAttention: a start flag holds a batch back, on_done signals its end, cancel") {
+  std::mt19937 rng(61);
+  const int32_t G = 4, d = 32;
+  const HeadKv head(DType::kF32, d, {64, 64, 17}, rng, false);
+  const auto q = random_q(G, d, rng);
+  std::vector<double> ro, rl;
+  head.reference(q, G, 0.2f, head.refs, &ro, &rl);
+  HostAttention ha(2, d, 0.2f, DType::kF32);
+  // The query is written after the submit, then the flag raised, as a device does.
+  std::vector<float> qbuf(q.size(), std::numeric_limits<float>::quiet_NaN()), o(G * d), lse(G);
+  uint32_t start = 0, done = 0;
+  const auto t = ha.submit(
+      {HostAttnItem{qbuf.data(), G, o.data(), lse.data(), head.refs}},
+      [&] { __atomic_store_n(&done, 1u, __ATOMIC_RELEASE); }, HostAttnStart{&start, 1});
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  CHECK_FALSE(ha.ready(t));  // not started without its flag
+  std::jthread device([&] {
+    std::copy(q.begin(), q.end(), qbuf.begin());
+    __atomic_store_n(&start, 1u, __ATOMIC_RELEASE);
+  });
+  while (__atomic_load_n(&done, __ATOMIC_ACQUIRE) == 0) std::this_thread::yield();  // on_done
+  ha.wait(t);
+  Errors e = compare(o.data(), lse.data(), ro, rl, G, d);
+  CHECK(e.o < kTol);
+  CHECK(e.lse < kTol);
+
+  // Cancelled before its flag came: never run, its outputs NaN, on_done still runs.
+  uint32_t never = 0;
+  int callbacks = 0;
+  const auto c = ha.submit(
+      {HostAttnItem{q.data(), G, o.data(), lse.data(), head.refs}}, [&] { ++callbacks; },
+      HostAttnStart{&never, 1});
+  ha.cancel(c);
+  CHECK(ha.ready(c));
+  ha.wait(c);
+  CHECK(callbacks == 1);
+  CHECK(std::isnan(o[0]));
+  CHECK(std::isnan(lse[G - 1]));
+
+  // A failed batch's outputs are NaN too, before on_done runs.
+  const int32_t bad_idx[] = {0, 70};  // 70 is outside the block
+  HostBlockRef bad = head.refs[0];
+  bad.idx = bad_idx;
+  bad.n_idx = 2;
+  std::vector<float> o2(G * d, 0.0f), l2(G, 0.0f);
+  bool nan_at_done = false;
+  const auto f = ha.submit(
+      {HostAttnItem{q.data(), G, o2.data(), l2.data(), std::span<const HostBlockRef>(&bad, 1)}},
+      [&] { nan_at_done = std::isnan(o2[0]) && std::isnan(l2[0]); });
+  CHECK_THROWS_AS(ha.wait(f), Error);
+  CHECK(nan_at_done);
+
+  // Left waiting for a flag that never comes: the destructor finishes it without running it.
+  {
+    HostAttention h2(1, d, 0.2f, DType::kF32);
+    callbacks = 0;
+    h2.submit(
+        {HostAttnItem{q.data(), G, o.data(), lse.data(), head.refs}}, [&] { ++callbacks; },
+        HostAttnStart{&never, 1});
+  }
+  CHECK(callbacks == 1);
 }

@@ -19,6 +19,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <span>
 #include <string>
@@ -26,6 +27,7 @@
 
 #include "kernels/backend.h"
 #include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/emulator.h"
 #include "tests/gpu_skip.h"
 #include "tests/test_model_runs.h"
 
@@ -104,4 +106,91 @@ TEST_CASE("an exact prefill of 5-row chunks keeps 16-bit checkpoints on the GEMV
     INFO(name << ": worst relative logit error " << err);
     CHECK(err < 1e-3);
   }
+}
+
+namespace {
+
+// What one decode step cost on the emulator.
+struct StepCounts {
+  int64_t host_syncs = 0, waits = 0, raises = 0, evicted = 0;
+};
+
+int64_t launches_of(const CudaEmulatorCounters& c, const std::string& kernel) {
+  const auto it = c.kernels.find(kernel);
+  return it == c.kernels.end() ? 0 : it->second.launches;
+}
+
+// run_sequence (prefill in one chunk, then one decode step per token) with the emulator's counts
+// of every decode step: host synchronisations, flag waits and raises queued, host blocks added
+// (evictions, each of which reads a device block back).
+LogitRows run_counted(Model& model, const KvConfig& cfg, const ReferenceLogits& ref,
+                      std::vector<StepCounts>* counts) {
+  KvStore store(model.backend(), model.kv_shape(), cfg, 1, 64);
+  auto kv = store.new_sequence(64);
+  LogitRows rows;
+  const int64_t v = model.config().vocab_size;
+  const StepSequence p{kv.get(), ref.prompt, false, false, true};
+  const TensorView pl = model.forward(std::span<const StepSequence>(&p, 1));
+  rows.emplace_back(pl.as<float>(), pl.as<float>() + v);
+  for (const int32_t& t : ref.decode) {
+    model.backend().synchronize();
+    const CudaEmulatorCounters c0 = cuda_emulator_counters();
+    const int64_t host_blocks = store.host_blocks_used();
+    const StepSequence s{kv.get(), std::span<const int32_t>(&t, 1), false, true, false};
+    const TensorView l = model.forward(std::span<const StepSequence>(&s, 1));
+    const CudaEmulatorCounters c = cuda_emulator_counters() - c0;
+    rows.emplace_back(l.as<float>(), l.as<float>() + v);
+    counts->push_back({c.host_syncs, launches_of(c, "wait_flag_kernel"),
+                       launches_of(c, "raise_flag_kernel"),
+                       store.host_blocks_used() - host_blocks});
+  }
+  return rows;
+}
+
+}  // namespace
+
+TEST_CASE("hybrid decode on the CUDA backend: the GPU waits for the host partials on a flag",
+          "[cuda][model][flag]") {
+  // The merge of each layer's host partial is queued behind a wait for the flag the CPU workers
+  // raise, so the host thread queues the whole step without waiting for them; where the host
+  // does not read the query (full; hgca's predicted queries), the GPU writes it into mapped
+  // memory and raises the flag the workers start on, so the host does not wait for the GPU
+  // either. The logits equal the CPU backend's.
+  auto cpu = make_cpu_backend();
+  auto gpu = make_cuda_backend();
+  const ReferenceLogits ref = ReferenceLogits::load("llama-tiny");
+  auto on_cpu = Model::load(ref.model, *cpu);
+  auto on_gpu = Model::load(ref.model, *gpu);
+  const int64_t n_layer = on_gpu->config().n_layer;
+  for (SparsePolicy p : {SparsePolicy::kFull, SparsePolicy::kHgca, SparsePolicy::kTopk})
+    for (CpuAttnMode m : {CpuAttnMode::kAhead, CpuAttnMode::kParallel}) {
+      const KvConfig cfg = small_hybrid(8, p, m);
+      DYNAMIC_SECTION(policy_name(p) << " " << mode_name(m)) {
+        std::vector<StepCounts> counts;
+        const LogitRows got = run_counted(*on_gpu, cfg, ref, &counts);
+        std::vector<StepCounts> unused;
+        const LogitRows want = run_counted(*on_cpu, cfg, ref, &unused);
+        const double err = worst_rel_error(got, want);
+        INFO("worst relative logit error " << err);
+        CHECK(err < kTolF32);
+        if (!cuda_is_emulated()) continue;  // the counts below are the emulator's
+        // The query goes to the workers through the device unless the host reads it anyway:
+        // topk selects blocks with it, hgca's MAW update reads the true query of each layer (so
+        // only ahead mode's predicted queries, for layers 1.., are handed over).
+        const int64_t raises = p == SparsePolicy::kFull                               ? n_layer
+                               : p == SparsePolicy::kHgca && m == CpuAttnMode::kAhead ? n_layer - 1
+                                                                                      : 0;
+        for (size_t i = 0; i < counts.size(); ++i) {
+          const StepCounts& c = counts[i];
+          INFO("decode step " << i << ": " << c.host_syncs << " host syncs, " << c.waits
+                              << " flag waits, " << c.raises << " flag raises, " << c.evicted
+                              << " blocks evicted");
+          CHECK(c.waits == n_layer);  // every layer has host tokens: one wait each
+          CHECK(c.raises == raises);
+          // Full reads nothing back but the logits (a download into pageable memory: the copy
+          // and the stream wait) and, per evicted block, its K and V (no host mirror under full).
+          if (p == SparsePolicy::kFull) CHECK(c.host_syncs == 2 + 4 * c.evicted);
+        }
+      }
+    }
 }

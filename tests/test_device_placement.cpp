@@ -21,6 +21,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <memory>
 #include <span>
@@ -174,14 +175,36 @@ class FakeDevice final : public Backend {
     cpu_->merge(a, b);
   }
   void copy(const TensorView& src, const TensorView& dst) override {
-    on_device({&src, &dst}, "copy");
+    on_device(src, "copy");
+    if (dst.memory == MemoryKind::kPinned) {  // the query of host attention, written in place
+      in_pinned(dst);
+      ++pinned_copies_;
+    } else {
+      on_device(dst, "copy");
+    }
     const Open open(*this);
     cpu_->copy(src, dst);
+  }
+  // Host flags live in "pinned" memory; the ops run synchronously, so the default (wait on the
+  // host, raise at once) is the right behaviour, checked and counted here.
+  void wait_host_flag(const TensorView& flag, uint32_t target,
+                      const std::function<void()>& help) override {
+    in_pinned(flag);
+    ++flag_waits_;
+    Backend::wait_host_flag(flag, target, help);
+  }
+  void raise_host_flag(const TensorView& flag, uint32_t value) override {
+    in_pinned(flag);
+    ++flag_raises_;
+    Backend::raise_host_flag(flag, value);
   }
 
   size_t live_allocations() const { return allocs_.size() + pinned_.size(); }
   bool corrupt = false;  // a wrong rms_norm (eps + 1), for the device check
   int64_t pinned_merges() const { return pinned_merges_; }
+  int64_t pinned_copies() const { return pinned_copies_; }
+  int64_t flag_waits() const { return flag_waits_; }
+  int64_t flag_raises() const { return flag_raises_; }
   // Reads one f32 of device memory (for the test of the fault itself).
   float peek(const TensorView& t) const { return *t.as<const float>(); }
   int64_t uploads() const { return uploads_; }
@@ -256,6 +279,7 @@ class FakeDevice final : public Backend {
   std::map<void*, int64_t> allocs_;
   std::map<void*, int64_t> pinned_;
   int64_t uploads_ = 0, downloads_ = 0, paged_calls_ = 0, pinned_merges_ = 0;
+  int64_t pinned_copies_ = 0, flag_waits_ = 0, flag_raises_ = 0;
 };
 
 using Rows = LogitRows;
@@ -362,7 +386,8 @@ TEST_CASE("forward on the fake device equals the CPU backend bit for bit", "[pla
       for (const Case& c : cases) {
         DYNAMIC_SECTION(name << " " << c.label) {
           const int64_t downloads = dev.downloads(), paged = dev.paged_calls(),
-                        pinned = dev.pinned_merges();
+                        pinned = dev.pinned_merges(), waits = dev.flag_waits(),
+                        raises = dev.flag_raises(), qcopies = dev.pinned_copies();
           const Rows want = run_sequence(*on_cpu, c.cfg, ref.prompt, ref.decode, c.chunk);
           const Rows got = run_sequence(*on_dev, c.cfg, ref.prompt, ref.decode, c.chunk);
           CHECK(dev.downloads() > downloads);  // at least the logits
@@ -370,7 +395,18 @@ TEST_CASE("forward on the fake device equals the CPU backend bit for bit", "[pla
           CHECK((dev.paged_calls() > paged) == !c.cfg.dense);
           // Decode steps with host tokens (windows under the reference sequences' length) merge
           // their host partials in place from pinned memory.
-          CHECK((dev.pinned_merges() > pinned) == (!c.cfg.dense && c.cfg.window < 64));
+          const bool host_part = !c.cfg.dense && c.cfg.window < 64;
+          CHECK((dev.pinned_merges() > pinned) == host_part);
+          // Each of those merges waits for its partial's host flag; where the host does not read
+          // the query itself (full; hgca's predicted queries), the device hands it over in
+          // pinned memory and raises the query's flag.
+          CHECK(dev.flag_waits() - waits == dev.pinned_merges() - pinned);
+          const bool handed_over =
+              host_part &&
+              (c.cfg.sparse == SparsePolicy::kFull ||
+               (c.cfg.sparse == SparsePolicy::kHgca && c.cfg.cpu_attn == CpuAttnMode::kAhead));
+          CHECK((dev.flag_raises() > raises) == handed_over);
+          CHECK(dev.flag_raises() - raises == dev.pinned_copies() - qcopies);
           CHECK(bit_equal(got, want));
         }
       }
