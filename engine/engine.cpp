@@ -234,47 +234,104 @@ void Engine::step() {
 
   const auto t1 = Clock::now();
   const double c1 = thread_cpu_seconds();
-  TensorView logits;
-  try {
-    logits = model_.forward(batch);
-  } catch (const std::exception& e) {
-    // The KV of every sequence of the step may be half written: the whole batch fails.
+  // The step fails as a whole where the forward pass (the KV of every sequence may be half
+  // written), the backend's sampling or the read-back of the logits fails.
+  auto fail_step = [&](const char* what, const std::exception& e) {
     const auto t2 = Clock::now();
-    logger()->error("forward failed for a batch of {}: {}", batch.size(), e.what());
+    logger()->error("{} failed for a batch of {}: {}", what, batch.size(), e.what());
     for (const ScheduledChunk& c : plan.chunks)
-      fail(c.seq, FinishReason::kError, cat("the model step failed: ", e.what()));
+      fail(c.seq, FinishReason::kError, cat(what, " failed: ", e.what()));
     publish(seconds(t1, t2), seconds(t0, Clock::now()) - seconds(t1, t2), c1 - c0, 0, 0, true);
-    return;
+  };
+  TensorView logits;  // backend memory: read back below only where the host samples
+  try {
+    logits = model_.forward_on_backend(batch);
+  } catch (const std::exception& e) {
+    return fail_step("the model step", e);
   }
+
+  const size_t n_chunks = plan.chunks.size();
+  TANDEM_CHECK(logits.dim(0) == static_cast<int64_t>(n_chunks), "one logit row per chunk");
+  std::vector<int32_t> toks(n_chunks, -1);
+  std::vector<std::exception_ptr> errors(n_chunks);
+  // Where the host cannot read the logits in place, the sequences whose sampling is the plain
+  // rule (no penalties, no min-p) and that want no logprobs are sampled by the backend, which
+  // sends back one id per row instead of the row; the rest come down to the host. The uniforms
+  // come from each sequence's own generator, as on the host, so the tokens are the same.
+  std::vector<SampleRow> rows(n_chunks);  // rows not sampled there: greedy, and ignored
+  std::vector<uint8_t> on_backend(n_chunks, 0);
+  bool any_on_backend = false;
+  if (!model_.backend().host_accessible()) {
+    for (size_t i = 0; i < n_chunks; ++i) {
+      const ScheduledChunk& c = plan.chunks[i];
+      if (!c.last() || c.seq->top_logprobs >= 0 || !c.seq->sampler.plain()) continue;
+      try {
+        rows[i] = c.seq->sampler.backend_row();
+        on_backend[i] = 1;
+        any_on_backend = true;
+      } catch (...) {
+        errors[i] = std::current_exception();
+      }
+    }
+  }
+  bool backend_sampled = false;
+  if (any_on_backend) {
+    try {
+      backend_sampled = model_.backend().sample(logits, rows, toks);
+    } catch (const std::exception& e) {
+      return fail_step("sampling on the backend", e);
+    }
+  }
+  // The rows the host samples (all, on a host-accessible backend), read back a run at a time.
+  auto on_host = [&](size_t i) {
+    return plan.chunks[i].last() && !errors[i] && !(on_backend[i] && backend_sampled);
+  };
+  std::vector<const float*> host_rows(n_chunks, nullptr);
+  try {
+    for (size_t i = 0; i < n_chunks;) {
+      if (!on_host(i)) {
+        ++i;
+        continue;
+      }
+      size_t j = i;
+      while (j < n_chunks && on_host(j)) ++j;
+      const TensorView h = model_.logits_to_host(static_cast<int64_t>(i), static_cast<int64_t>(j));
+      for (size_t k = i; k < j; ++k)
+        host_rows[k] = h.as<const float>() + static_cast<int64_t>(k - i) * vocab_;
+      i = j;
+    }
+  } catch (const std::exception& e) {
+    return fail_step("the model step", e);
+  }
+  // Forward time ends when the step's results are on the host: on a device backend the pass
+  // runs while this thread queues it, and the wait for it is in the read-back (or sampling).
   const auto t2 = Clock::now();
   const double c2 = thread_cpu_seconds();
 
   int64_t generated = 0;
-  const float* rows = logits.as<const float>();
-  // Sampling, one task per sequence: each sequence's sampler has its own generator, so the
-  // tokens do not depend on which thread draws them. With top-p over a large vocabulary a draw
-  // can take milliseconds; the rest (logprobs, detokenising, streaming) stays on this thread.
-  std::vector<int32_t> toks(plan.chunks.size(), -1);
-  std::vector<std::exception_ptr> errors(plan.chunks.size());
-  tbb::parallel_for(size_t{0}, plan.chunks.size(), [&](size_t i) {
+  // Sampling on the host, one task per sequence: each sequence's sampler has its own generator,
+  // so the tokens do not depend on which thread draws them. With top-p over a large vocabulary a
+  // draw can take milliseconds; the rest (logprobs, detokenising, streaming) stays on this thread.
+  tbb::parallel_for(size_t{0}, n_chunks, [&](size_t i) {
+    if (host_rows[i] == nullptr) return;  // sampled by the backend, or nothing to sample
     const ScheduledChunk& c = plan.chunks[i];
-    if (!c.last()) return;  // a prefill chunk before the last: nothing to sample
     try {
       thread_local std::vector<float> row;
-      const float* raw = rows + static_cast<int64_t>(i) * vocab_;
-      row.assign(raw, raw + vocab_);  // the sampler modifies its row (penalties, temperature)
-      toks[i] = c.seq->sampler.sample(row, c.seq->prompt(), c.seq->output());
+      row.assign(host_rows[i], host_rows[i] + vocab_);  // the sampler modifies its row
+      // A row meant for a backend without a sampler: its uniform is drawn already.
+      toks[i] = on_backend[i] ? c.seq->sampler.draw(row, rows[i].uniform)
+                              : c.seq->sampler.sample(row, c.seq->prompt(), c.seq->output());
     } catch (...) {
       errors[i] = std::current_exception();
     }
   });
-  for (size_t i = 0; i < plan.chunks.size(); ++i) {
+  for (size_t i = 0; i < n_chunks; ++i) {
     const ScheduledChunk& c = plan.chunks[i];
     if (!c.last()) continue;
     try {
       ++generated;
       if (errors[i]) std::rethrow_exception(errors[i]);
-      const FinishReason r = advance(*c.seq, rows + static_cast<int64_t>(i) * vocab_, toks[i]);
+      const FinishReason r = advance(*c.seq, host_rows[i], toks[i]);
       if (r != FinishReason::kNone) retire(c.seq, r);
     } catch (const std::exception& e) {
       logger()->error("request {} failed: {}", c.seq->id, e.what());
@@ -287,11 +344,11 @@ void Engine::step() {
 }
 
 FinishReason Engine::advance(Sequence& seq, const float* logits, int32_t tok) {
-  const std::span<const float> raw(logits, static_cast<size_t>(vocab_));
-
   TokenEvent ev;
   ev.tokens.push_back(tok);
   if (seq.top_logprobs >= 0) {
+    TANDEM_CHECK(logits != nullptr, "logprobs without the logits on the host");
+    const std::span<const float> raw(logits, static_cast<size_t>(vocab_));
     // From the model's distribution, before penalties and temperature.
     log_softmax(raw, logprobs_);
     ev.logprobs.push_back({tok, piece(tok), logprobs_[static_cast<size_t>(tok)]});

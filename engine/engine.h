@@ -1,7 +1,8 @@
 // Engine: the request queue, the scheduler and the step loop on one engine thread. HTTP threads
 // submit() GenerationRequests and read TokenEvents from the returned TokenStreams; the engine
 // thread batches every running sequence into one Model::forward per step (chunked prefills and
-// decodes together), samples, detokenises, applies stop conditions and streams the events.
+// decodes together), samples (on the backend where it can, and the logits would otherwise have
+// to come down to the host), detokenises, applies stop conditions and streams the events.
 #pragma once
 
 #include <array>
@@ -82,9 +83,9 @@ class Engine {
  private:
   void loop();
   void step();
-  // Samples the next token of a sequence whose step ended at the end of its tokens; pushes its
-  // event and returns why the sequence finished (kNone: it goes on).
-  // Appends the sampled token `tok` (drawn from `logits`, the sequence's row) and streams it.
+  // Appends the sampled token `tok` of a sequence whose step ended at the end of its tokens and
+  // streams its event; returns why the sequence finished (kNone: it goes on). logits is the
+  // sequence's row on the host (null where the backend sampled it: no logprobs then).
   FinishReason advance(Sequence& seq, const float* logits, int32_t tok);
   // Ends a sequence that did not finish by itself: pushes the final event (kCancelled or kError).
   void fail(Sequence* seq, FinishReason reason, const std::string& error = {});

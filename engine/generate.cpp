@@ -18,22 +18,36 @@ GenerateStats generate(Model& model, SequenceKv& kv, std::span<const int32_t> pr
   const int32_t vocab = model.config().vocab_size;
 
   const auto t0 = Clock::now();
-  TensorView logits;
+  TensorView logits;  // backend memory
   for (size_t at = 0; at < prompt.size(); at += static_cast<size_t>(opt.prefill_chunk)) {
     const size_t n = std::min(prompt.size() - at, static_cast<size_t>(opt.prefill_chunk));
     const bool last = at + n == prompt.size();
     const StepSequence s{&kv, prompt.subspan(at, n), false, false, last};
-    logits = model.forward(std::span<const StepSequence>(&s, 1));
+    logits = model.forward_on_backend(std::span<const StepSequence>(&s, 1));
   }
-  const auto t1 = Clock::now();
-  st.prefill_seconds = std::chrono::duration<double>(t1 - t0).count();
 
   Sampler sampler(opt.sampling, opt.seed);
   std::vector<int32_t> out;
   std::vector<float> row(static_cast<size_t>(vocab));
+  // The next token: drawn by the backend where the host cannot read the logits in place and the
+  // rule is the plain one (only the id comes back), else on the host; the same token either way.
+  Backend& be = model.backend();
+  const bool on_backend = !be.host_accessible() && sampler.plain();
+  auto next_token = [&] {
+    SampleRow r;
+    if (on_backend) {
+      r = sampler.backend_row();
+      int32_t id = -1;
+      if (be.sample(logits, std::span<const SampleRow>(&r, 1), std::span<int32_t>(&id, 1)))
+        return id;
+    }
+    std::copy_n(model.logits_to_host(0, 1).as<const float>(), vocab, row.begin());
+    return on_backend ? sampler.draw(row, r.uniform) : sampler.sample(row, prompt, out);
+  };
+  int32_t tok = next_token();
+  const auto t1 = Clock::now();
+  st.prefill_seconds = std::chrono::duration<double>(t1 - t0).count();
   for (;;) {
-    std::copy_n(logits.as<const float>(), vocab, row.begin());
-    const int32_t tok = sampler.sample(row, prompt, out);
     if (std::find(opt.stop_ids.begin(), opt.stop_ids.end(), tok) != opt.stop_ids.end()) {
       st.stopped = true;
       break;
@@ -44,7 +58,8 @@ GenerateStats generate(Model& model, SequenceKv& kv, std::span<const int32_t> pr
     // Feeding the token back needs one more slot of context.
     if (st.generated >= opt.max_tokens || kv.length() + 1 > ctx) break;
     const StepSequence s{&kv, std::span<const int32_t>(&out.back(), 1), false, true, false};
-    logits = model.forward(std::span<const StepSequence>(&s, 1));
+    logits = model.forward_on_backend(std::span<const StepSequence>(&s, 1));
+    tok = next_token();
   }
   st.decode_seconds = std::chrono::duration<double>(Clock::now() - t1).count();
   return st;

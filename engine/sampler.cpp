@@ -86,6 +86,22 @@ int32_t Sampler::draw(std::span<float> logits, double u) {
   return draw_impl(logits, [u] { return u; });
 }
 
+bool Sampler::plain() const {
+  const SamplingParams& p = params_;
+  return p.repetition_penalty == 1.0f && p.presence_penalty == 0.0f &&
+         p.frequency_penalty == 0.0f && p.min_p <= 0.0f;
+}
+
+SampleRow Sampler::backend_row() {
+  TANDEM_CHECK(plain(), "backend_row of a sampler with penalties or min-p");
+  SampleRow r;
+  r.temperature = params_.temperature;
+  r.top_k = params_.top_k;
+  r.top_p = params_.top_p;
+  if (!(params_.temperature <= 0.0f || params_.top_k == 1)) r.uniform = uniform();
+  return r;
+}
+
 template <typename Uniform>
 int32_t Sampler::draw_impl(std::span<float> logits, Uniform&& next_uniform) {
   const int32_t vocab = static_cast<int32_t>(logits.size());

@@ -9,6 +9,8 @@
 #include <utility>
 #include <vector>
 
+#include "kernels/sample_row.h"
+
 namespace tandem {
 
 struct SamplingParams {
@@ -36,6 +38,15 @@ class Sampler {
   // -> draw) with a given uniform number u in [0, 1) instead of the generator: what sample()
   // does with its next draw (for tests and for parity with the GPU sampler).
   int32_t draw(std::span<float> logits, double u);
+
+  // Whether sample() is draw() with its next uniform (no penalties, no min-p): the rule a
+  // backend's sampler implements (Backend::sample).
+  bool plain() const;
+  // For a plain sampler: the Backend::sample row that picks what sample() would pick next, the
+  // uniform drawn from this sampler's generator as sample() would draw it (not at all when the
+  // rule is greedy). One difference: over logits that are all -inf, sample() is greedy without a
+  // draw while the row has taken one.
+  SampleRow backend_row();
 
   const SamplingParams& params() const { return params_; }
 

@@ -167,6 +167,24 @@ void Model::query(int32_t li, const TensorView& in, const TensorView& pos, const
 }
 
 TensorView Model::forward(std::span<const StepSequence> batch) {
+  const TensorView logits = forward_on_backend(batch);
+  return logits_to_host(0, logits.dim(0));
+}
+
+TensorView Model::logits_to_host(int64_t r0, int64_t r1) {
+  TANDEM_CHECK(0 <= r0 && r0 <= r1 && r1 <= last_rows_, "logit rows [", r0, ", ", r1, ") of ",
+               last_rows_);
+  const TensorView logits = logits_.view().slice(r0, r1);
+  if (backend_.host_accessible()) {
+    backend_.synchronize();
+    return logits;
+  }
+  const TensorView host = host_logits_.view().slice(r0, r1);
+  backend_.download(logits, host);
+  return host;
+}
+
+TensorView Model::forward_on_backend(std::span<const StepSequence> batch) {
   const ModelConfig& c = config_;
   Backend& be = backend_;
   int64_t n = 0, rows = 0;
@@ -329,13 +347,8 @@ TensorView Model::forward(std::span<const StepSequence> batch) {
   }
   const TensorView logits = logits_.view().slice(0, rows);
   be.matmul(head_in, w_.lm_head, none, logits);
-  if (be.host_accessible()) {
-    be.synchronize();
-    return logits;
-  }
-  const TensorView host = host_logits_.view().slice(0, rows);
-  be.download(logits, host);
-  return host;
+  last_rows_ = rows;
+  return logits;
 }
 
 }  // namespace tandem

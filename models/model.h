@@ -74,6 +74,13 @@ class Model {
   // in batch order: n rows for a sequence with all_logits, else 1 (its last token). Valid until
   // the next call.
   TensorView forward(std::span<const StepSequence> batch);
+  // forward without reading the logits back: they stay in backend memory (f32 [rows, vocab],
+  // rows as above; the step may still be running), for Backend::sample, and logits_to_host
+  // reads rows of them. Valid until the next step.
+  TensorView forward_on_backend(std::span<const StepSequence> batch);
+  // Rows [r0, r1) of the last step's logits in host memory (downloaded where the backend's
+  // memory is not host-accessible; waits for the step). Valid until the next step.
+  TensorView logits_to_host(int64_t r0, int64_t r1);
 
  private:
   Model(const std::filesystem::path& dir, Backend& backend, ModelConfig config, TensorStore store);
@@ -96,6 +103,7 @@ class Model {
   int64_t ws_tokens_ = 0, ws_logit_rows_ = 0;
   BackendBuffer ids_, pos_, pos_rows_, x_, h_, q_, k_, v_, o_, lse_, attn_out_, gate_, up_, emb_;
   BackendBuffer logit_in_, logits_;
+  int64_t last_rows_ = 0;          // logit rows of the last step
   BackendBuffer pred_h_, pred_q_;  // layer-ahead predicted queries
   // Host side: ids and positions built here and uploaded; logits downloaded into host_logits_
   // when the backend's memory is not host-accessible.

@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <catch2/catch.hpp>
+#include <chrono>
 #include <cmath>
 #include <csignal>
 #include <cstdlib>
@@ -29,6 +30,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/engine.h"
 #include "kernels/backend.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kvstore/kv_store.h"
@@ -466,6 +468,51 @@ TEST_CASE("imported KV on the fake device decodes like the CPU backend, bit for 
       const std::vector<float> want = decode(*cpu, cfg), got = decode(dev, cfg);
       CHECK(std::memcmp(got.data(), want.data(), want.size() * sizeof(float)) == 0);
     }
+  CHECK(dev.live_allocations() == 0);
+}
+
+TEST_CASE("the engine on a device without a sampler of its own samples on the host, same tokens",
+          "[placement][engine]") {
+  // Backend::sample says no (the default): the rows meant for it come down and are drawn on the
+  // host with the uniforms already taken from each sequence's generator.
+  const Tokenizer tok = Tokenizer::load(tandem::test::repo_path("models/tandem-demo"));
+  auto generate_all = [&](Backend& be) {
+    auto model = Model::load(tandem::test::repo_path("models/tandem-demo"), be);
+    KvStore store(be, model->kv_shape(), small_hybrid(16, SparsePolicy::kFull, CpuAttnMode::kAhead),
+                  4, 128);
+    EngineOptions opt;
+    opt.max_batch = 4;
+    opt.max_model_len = 128;
+    Engine engine(*model, tok, store, opt);
+    std::vector<std::shared_ptr<TokenStream>> streams;
+    for (int i = 0; i < 3; ++i) {
+      GenerationRequest r;
+      r.prompt = tok.encode("def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    ");
+      r.max_tokens = 8;
+      r.ignore_eos = true;
+      r.sampling.temperature = i == 0 ? 0.0f : 0.9f;
+      r.sampling.top_p = 0.9f;
+      r.sampling.repetition_penalty = i == 2 ? 1.3f : 1.0f;  // the host's own path
+      r.sampling.seed = 17 + i;
+      streams.push_back(engine.submit(std::move(r)));
+    }
+    std::vector<std::vector<int32_t>> out;
+    for (auto& st : streams) {
+      std::vector<int32_t> tokens;
+      for (TokenEvent ev; ev.finish == FinishReason::kNone;) {
+        REQUIRE(st->next(ev, std::chrono::seconds(120)));
+        CHECK(ev.error.empty());
+        tokens.insert(tokens.end(), ev.tokens.begin(), ev.tokens.end());
+      }
+      out.push_back(tokens);
+    }
+    return out;
+  };
+  auto cpu = make_cpu_backend();
+  FakeDevice dev;
+  const auto want = generate_all(*cpu);
+  CHECK(generate_all(dev) == want);
+  CHECK(want[1] != want[0]);  // sampled, not greedy
   CHECK(dev.live_allocations() == 0);
 }
 
