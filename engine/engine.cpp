@@ -277,7 +277,7 @@ void Engine::step() {
   bool backend_sampled = false;
   if (any_on_backend) {
     try {
-      backend_sampled = model_.backend().sample(logits, rows, toks);
+      backend_sampled = model_.backend().sample(logits, rows.data(), toks.data());
     } catch (const std::exception& e) {
       return fail_step("sampling on the backend", e);
     }

@@ -38,8 +38,7 @@ GenerateStats generate(Model& model, SequenceKv& kv, std::span<const int32_t> pr
     if (on_backend) {
       r = sampler.backend_row();
       int32_t id = -1;
-      if (be.sample(logits, std::span<const SampleRow>(&r, 1), std::span<int32_t>(&id, 1)))
-        return id;
+      if (be.sample(logits.slice(0, 1), &r, &id)) return id;
     }
     std::copy_n(model.logits_to_host(0, 1).as<const float>(), vocab, row.begin());
     return on_backend ? sampler.draw(row, r.uniform) : sampler.sample(row, prompt, out);

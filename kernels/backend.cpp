@@ -93,9 +93,7 @@ void Backend::raise_host_flag(const TensorView& flag, uint32_t value) {
   publish_host_flag(flag, value);
 }
 
-bool Backend::sample(const TensorView&, std::span<const SampleRow>, std::span<int32_t>) {
-  return false;
-}
+bool Backend::sample(const TensorView&, const SampleRow*, int32_t*) { return false; }
 
 BackendBuffer::BackendBuffer(Backend& backend, DType t, std::initializer_list<int64_t> dims)
     : mem_(nullptr, Free{&backend, false}) {

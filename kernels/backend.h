@@ -14,7 +14,6 @@
 #include <functional>
 #include <initializer_list>
 #include <memory>
-#include <span>
 #include <string_view>
 #include <vector>
 
@@ -145,11 +144,11 @@ class Backend {
   // have finished when they return.
   virtual void raise_host_flag(const TensorView& flag, uint32_t value);
   // ids[i] <- the token that rows[i] draws from row i of logits (f32 [n, vocab], backend memory;
-  // n == rows.size() == ids.size()); waits for the result, like download. Returns false, having
-  // done nothing, where the backend has no sampler of its own (this default: the caller samples
-  // the logits on the host, with the same rule).
-  virtual bool sample(const TensorView& logits, std::span<const SampleRow> rows,
-                      std::span<int32_t> ids);
+  // rows and ids: n entries of host memory); waits for the result, like download. Returns false,
+  // having done nothing, where the backend has no sampler of its own (this default: the caller
+  // samples the logits on the host, with the same rule). (Pointers, not spans: the .cu files that
+  // include this header are C++17.)
+  virtual bool sample(const TensorView& logits, const SampleRow* rows, int32_t* ids);
 
   // ---- Memory ----
   // Where allocate() puts its bytes: kHost on the CPU backend, kDevice on a GPU. Views of

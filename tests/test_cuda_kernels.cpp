@@ -744,7 +744,7 @@ TEST_CASE("cuda: sampling greedy, temperature, top-k, top-p with given uniforms"
           rows.push_back(SampleRow{temp[r], top_k[r], top_p[r], 0.0f, u.back()});
         }
         std::vector<int32_t> got(static_cast<size_t>(n), -1);
-        REQUIRE(gpu().sample(dl.view(), rows, got));
+        REQUIRE(gpu().sample(dl.view(), rows.data(), got.data()));
         for (int64_t i = 0; i < n; ++i) {
           INFO("round " << round << " row " << i << " u " << u[static_cast<size_t>(i)]);
           CHECK(got[static_cast<size_t>(i)] ==

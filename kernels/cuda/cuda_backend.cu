@@ -123,13 +123,11 @@ class CudaBackend final : public Backend {
   }
   // The rows are staged and uploaded (pageable: no wait), the ids come back through pinned
   // memory: one wait for the stream.
-  bool sample(const TensorView& logits, std::span<const SampleRow> rows,
-              std::span<int32_t> ids) override {
-    const size_t n = rows.size();
-    TANDEM_CHECK(ids.size() == n &&
-                     (n == 0 || (logits.ndim == 2 && logits.dim(0) == static_cast<int64_t>(n))),
-                 "sample: ", n, " rows, ", ids.size(), " ids for logits ", logits.describe());
+  bool sample(const TensorView& logits, const SampleRow* rows, int32_t* ids) override {
+    TANDEM_CHECK(logits.ndim == 2, "sample: logits ", logits.describe());
+    const size_t n = static_cast<size_t>(logits.dim(0));
     if (n == 0) return true;
+    TANDEM_CHECK(rows != nullptr && ids != nullptr, "sample: no rows or ids");
     if (n > sample_cap_) {
       if (sample_cap_ > 0) {
         synchronize();  // no queued kernel may still use the old buffers
@@ -147,7 +145,7 @@ class CudaBackend final : public Backend {
       TANDEM_CUDA_CHECK(cudaHostAlloc(&sample_ids_, cap * sizeof(int32_t), cudaHostAllocDefault));
       sample_cap_ = cap;
     }
-    TANDEM_CUDA_CHECK(cudaMemcpyAsync(sample_rows_, rows.data(), n * sizeof(SampleRow),
+    TANDEM_CUDA_CHECK(cudaMemcpyAsync(sample_rows_, rows, n * sizeof(SampleRow),
                                       cudaMemcpyHostToDevice, stream_));
     const int64_t rows_n = static_cast<int64_t>(n);
     const TensorView out(sample_out_, DType::kI32, {rows_n}, MemoryKind::kDevice);
@@ -155,7 +153,7 @@ class CudaBackend final : public Backend {
     TANDEM_CUDA_CHECK(cudaMemcpyAsync(sample_ids_, sample_out_, n * sizeof(int32_t),
                                       cudaMemcpyDeviceToHost, stream_));
     synchronize();
-    std::copy_n(sample_ids_, n, ids.data());
+    std::copy_n(sample_ids_, n, ids);
     return true;
   }
 
