@@ -279,12 +279,15 @@ void HostAttention::dispatch_loop() {
       continue;
     }
     // Nothing to start: the flags come from a device, which cannot wake this thread. Yield a
-    // few times (the next flag is usually a kernel or two away), then sleep in short steps.
+    // few times (the next flag is usually a kernel or two away), then sleep in steps growing
+    // from 5 to 50 us: a short delay next to a layer of device work, and little CPU time taken
+    // from the workers while the device is far behind.
     lock.unlock();
-    if (idle++ < 32)
+    if (idle < 32)
       std::this_thread::yield();
     else
-      std::this_thread::sleep_for(std::chrono::microseconds(10));
+      std::this_thread::sleep_for(std::chrono::microseconds(std::min(50, 5 * (idle - 31))));
+    idle = std::min(idle + 1, 64);
     lock.lock();
   }
 }
