@@ -47,7 +47,7 @@ struct EngineMetrics {
   int64_t finished_length = 0;
   int64_t finished_cancelled = 0;
   int64_t finished_error = 0;
-  double forward_seconds = 0;     // total in Model::forward
+  double forward_seconds = 0;     // total in the forward pass, until its results are on the host
   double step_other_seconds = 0;  // total in steps outside forward: scheduling, sampling, streaming
   double step_other_cpu_seconds = 0;  // the engine thread's CPU time of step_other_seconds
   int64_t kv_device_blocks_used = 0;
