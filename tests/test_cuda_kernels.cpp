@@ -612,6 +612,32 @@ TEST_CASE("cuda: merge with -inf and +inf partials, device and mapped pinned", "
   }
 }
 
+// The two partials in different layouts: b head-major ([h][n][d] in memory, lse [h][n]), as a
+// strided view [n, h, d]; a row-major. Every stride of b differs from a's, so a merge that reads
+// one partial with the other's strides fails here.
+TEST_CASE("cuda: merge reads each partial with its own strides", "[gpu][merge]") {
+  const int64_t n = 5, h = 6, d = 64;
+  MergeInputs in = merge_inputs(n, h, d, 320);
+  Buffer ro = clone(in.ao), rl = clone(in.al);
+  cpu().merge({ro.view(), rl.view()}, {in.bo.view(), in.bl.view()});
+  Buffer bt(DType::kF32, {h, n, d}), blt(DType::kF32, {h, n});
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < h; ++j) {
+      blt.as<float>()[j * n + i] = in.bl.as<float>()[i * h + j];
+      for (int64_t c = 0; c < d; ++c)
+        bt.as<float>()[(j * n + i) * d + c] = in.bo.as<float>()[(i * h + j) * d + c];
+    }
+  const DeviceBuffer dao = up(in.ao), dal = up(in.al), dbo = up(bt), dbl = up(blt);
+  TensorView bo = dbo.view(), bl = dbl.view();
+  bo.shape = {n, h, d, 1};
+  bo.stride = {d, n * d, 1, 1};
+  bl.shape = {n, h, 1, 1};
+  bl.stride = {1, n, 1, 1};
+  gpu().merge({dao.view(), dal.view()}, {bo, bl});
+  CHECK(rel_err(down(dao.view()), values(ro)) < kTol32);
+  check_lse(down(dal.view()), values(rl), kTol32);
+}
+
 TEST_CASE("cuda: the stream waits on a flag in mapped memory published by a CPU thread",
           "[gpu][merge][flag]") {
   const int64_t n = 4, h = 8, d = 64;
