@@ -4,6 +4,7 @@
 #   ctest     every test of the build, the GPU tests required to run, not skip (build mode only)
 #   kernels   test_cuda_kernels: every kernel against its CPU reference
 #   model     test_cuda_model: the forward pass on the GPU against the CPU backend
+#   engine    test_cuda_engine: generations with GPU sampling against the CPU backend
 #   sanitize  compute-sanitizer memcheck and racecheck on the kernel tests, memcheck on the model
 #   bench     tandem bench-kernels: merge and attention GB/s against the device's copy bandwidth
 #   decode    scripts/bench_hybrid.sh: decode tokens/s, hybrid vs all KV on the GPU, and the GPU's
@@ -61,13 +62,13 @@ while [[ $# -gt 0 ]]; do
 done
 
 if [[ $mode == stage ]]; then
-  for exe in test_cuda_kernels test_cuda_model tandem; do
+  for exe in test_cuda_kernels test_cuda_model test_cuda_engine tandem; do
     [[ -x $build/$exe ]] || { echo "gpu_check: $build/$exe is not built" >&2; exit 1; }
   done
   mkdir -p "$dir/lib"
-  cp "$build/test_cuda_kernels" "$build/test_cuda_model" "$build/tandem" "$dir/"
+  cp "$build/test_cuda_kernels" "$build/test_cuda_model" "$build/test_cuda_engine" "$build/tandem" "$dir/"
   # Every shared library outside glibc, the C++ runtime and CUDA (the GPU image has those).
-  ldd "$build/test_cuda_kernels" "$build/test_cuda_model" "$build/tandem" | awk '$3 ~ /^\// {print $3}' | sort -u |
+  ldd "$build/test_cuda_kernels" "$build/test_cuda_model" "$build/test_cuda_engine" "$build/tandem" | awk '$3 ~ /^\// {print $3}' | sort -u |
     grep -Ev '/(libc|libm|libdl|libpthread|librt|libgcc_s|libstdc\+\+|libcuda|libcudart|libcublas|libcublasLt)\.so' |
     while read -r lib; do cp -L "$lib" "$dir/lib/"; done
   # One compressed file as well: the device tool carries at most 64 MiB with the working tree.
@@ -78,9 +79,9 @@ if [[ $mode == stage ]]; then
 fi
 
 case $mode in
-  build) all_steps=build,ctest,kernels,model,sanitize,bench,decode,run
+  build) all_steps=build,ctest,kernels,model,engine,sanitize,bench,decode,run
          results="${results:-$build/gpu-check}" ;;
-  prebuilt) all_steps=kernels,model,sanitize,bench,decode,run
+  prebuilt) all_steps=kernels,model,engine,sanitize,bench,decode,run
             results="${results:-$dir/gpu-check}" ;;
   report) all_steps="" ;;
 esac
@@ -153,12 +154,13 @@ for step in "${step_list[@]}"; do
       else
         result=FAILED
       fi
-      if grep -qE "test_cuda_(kernels|model) .*Skipped" "$results/ctest.txt"; then
+      if grep -qE "test_cuda_(kernels|model|engine|serve) .*Skipped" "$results/ctest.txt"; then
         result="FAILED (GPU tests skipped)"
       fi
       record ctest "$result" "$(grep -E "tests passed|tests failed" "$results/ctest.txt" | tail -1 || true)" ;;
     kernels) run_gpu_test kernels "$tests_bin" ;;
     model) run_gpu_test model "$model_bin" ;;
+    engine) run_gpu_test engine "${model_bin%test_cuda_model}test_cuda_engine" ;;
     sanitize)
       if [[ -z $sanitizer ]]; then
         record sanitize "not run (compute-sanitizer not found)"
@@ -235,6 +237,7 @@ res() {  # the result line of a step, or "not run"
   echo "- ctest: $(res ctest)"
   echo "- test_cuda_kernels (CPU-vs-CUDA parity): $(res kernels)"
   echo "- test_cuda_model (forward logits, CUDA vs CPU): $(res model)"
+  echo "- test_cuda_engine (generations with GPU sampling, CUDA vs CPU): $(res engine)"
   echo "- compute-sanitizer: $(res sanitize)"
   echo "- tandem bench-kernels: $(res bench)"
   echo "- scripts/bench_hybrid.sh (decode, hybrid vs all-on-GPU): $(res decode)"
