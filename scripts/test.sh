@@ -34,8 +34,10 @@ if grep -q '(Skipped)' "$log"; then
 fi
 # The CUDA backend on the SIMT emulator (kernels/cuda/emu/): the same .cu sources compiled by g++
 # and run on the CPU, so the GPU tests run on every commit. Only what they need is built.
+emu_start=$SECONDS
 emu="${TANDEM_EMU_BUILD_DIR:-$root/build-emu}"
 emu_tests=$(cd tests && ls test_cuda_*.cpp | sed 's/\.cpp$//' | tr '\n' ' ')
 TANDEM_BUILD_DIR="$emu" TANDEM_BUILD_TARGET="tandem test_emulator $emu_tests" \
   scripts/build.sh -DTANDEM_CUDA=EMULATE "$@"
 ctest --test-dir "$emu" -L emulated --output-on-failure -j "$(nproc)"
+echo "emulated CUDA suite: $((SECONDS - emu_start)) s (build and tests)"
