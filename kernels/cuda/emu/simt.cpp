@@ -144,11 +144,9 @@ void maybe_release_barrier(Block& b) {
     if (t.state == State::kBarrier) t.state = State::kReady;
 }
 
-// The lanes of `mask` that exist in this block.
+// Every lane of `mask` exists in this block and is alive (checked when the first lane arrives;
+// a lane that exits later, while the others wait, is caught by thread_exit).
 void check_mask(const Block& b, const Thread& me, unsigned mask, const char* what) {
-  if (((mask >> me.lane) & 1u) == 0)
-    fault(cudaErrorLaunchFailure, std::string(kernel_name()) + ": " + what + " at " + where() +
-                                      ": the calling lane is not in the mask");
   for (int l = 0; l < kWarpSize; ++l) {
     if (((mask >> l) & 1u) == 0) continue;
     const size_t t = static_cast<size_t>(me.warp * kWarpSize + l);
@@ -167,8 +165,11 @@ unsigned warp_arrive(unsigned mask, uint64_t value, const char* what) {
   Block& b = *t_blk;
   Thread& me = self();
   Warp& w = b.warps[static_cast<size_t>(me.warp)];
-  check_mask(b, me, mask, what);
+  if (((mask >> me.lane) & 1u) == 0)
+    fault(cudaErrorLaunchFailure, std::string(kernel_name()) + ": " + what + " at " + where() +
+                                      ": the calling lane is not in the mask");
   if (w.arrived == 0) {
+    check_mask(b, me, mask, what);
     w.mask = mask;
   } else if (w.mask != mask) {
     std::ostringstream os;
