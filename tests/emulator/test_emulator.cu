@@ -378,6 +378,19 @@ TEST_CASE("emulator: counters are exact: bytes a kernel reads, copies, launches,
   cudaFree(out);
 }
 
+TEST_CASE("emulator: freeing a pointer twice reports it and fails, for device and pinned memory") {
+  void* d = nullptr;
+  CHECK_CUDA(cudaMalloc(&d, 64));
+  CHECK_CUDA(cudaFree(d));
+  CHECK(cudaFree(d) == cudaErrorInvalidDevicePointer);
+  void* h = nullptr;
+  CHECK_CUDA(cudaHostAlloc(&h, 64, cudaHostAllocMapped));
+  CHECK_CUDA(cudaFreeHost(h));
+  CHECK(cudaFreeHost(h) == cudaErrorInvalidValue);
+  CHECK(cudaGetLastError() == cudaErrorInvalidValue);  // not sticky: the context goes on
+  CHECK(cudaGetLastError() == cudaSuccess);
+}
+
 TEST_CASE("emulator: memory info reports the configured device, an H100's properties") {
   size_t free = 0, total = 0;
   CHECK_CUDA(cudaMemGetInfo(&free, &total));

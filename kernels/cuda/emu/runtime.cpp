@@ -743,19 +743,35 @@ cudaError_t cudaMalloc(void** p, size_t bytes) {
   return cudaSuccess;
 }
 
+namespace {
+
+// Waits for the device (a free does), then removes the allocation starting at p from table;
+// false (reported) when p starts none.
+bool take_alloc(std::map<uintptr_t, Alloc>& table, void* p, const char* call, Alloc* out) {
+  sync_all();
+  {
+    std::lock_guard<std::mutex> l(mem().m);
+    auto it = table.find(reinterpret_cast<uintptr_t>(p));
+    if (it != table.end()) {
+      *out = it->second;
+      table.erase(it);
+      return true;
+    }
+  }
+  // Reported outside the lock: describe_address takes it.
+  report(std::string(call) + "(" + describe_address(reinterpret_cast<uintptr_t>(p), 1) +
+         "): not the start of a live allocation of its kind");
+  return false;
+}
+
+}  // namespace
+
 cudaError_t cudaFree(void* p) {
   if (p == nullptr) return cudaSuccess;
-  sync_all();  // cudaFree waits for the device
   Memory& m = mem();
+  Alloc a;
+  if (!take_alloc(m.dev, p, "cudaFree", &a)) return ret(cudaErrorInvalidDevicePointer);
   std::lock_guard<std::mutex> l(m.m);
-  auto it = m.dev.find(reinterpret_cast<uintptr_t>(p));
-  if (it == m.dev.end()) {
-    report("cudaFree(" + describe_address(reinterpret_cast<uintptr_t>(p), 1) +
-           "): not the start of a live device allocation");
-    return ret(cudaErrorInvalidDevicePointer);
-  }
-  const Alloc a = it->second;
-  m.dev.erase(it);
   const size_t len = round_up(a.bytes, kDeviceAlign);
   m.dev_used -= len;
   m.dev_alloc.release(a.lo - m.dev_lo, len + kRedzone);
@@ -793,17 +809,10 @@ cudaError_t cudaMallocHost(void** p, size_t bytes) {
 
 cudaError_t cudaFreeHost(void* p) {
   if (p == nullptr) return cudaSuccess;
-  sync_all();
   Memory& m = mem();
+  Alloc a;
+  if (!take_alloc(m.pinned, p, "cudaFreeHost", &a)) return ret(cudaErrorInvalidValue);
   std::lock_guard<std::mutex> l(m.m);
-  auto it = m.pinned.find(reinterpret_cast<uintptr_t>(p));
-  if (it == m.pinned.end()) {
-    report("cudaFreeHost(" + describe_address(reinterpret_cast<uintptr_t>(p), 1) +
-           "): not the start of a pinned allocation");
-    return ret(cudaErrorInvalidValue);
-  }
-  const Alloc a = it->second;
-  m.pinned.erase(it);
   const size_t len = round_up(std::max<size_t>(a.bytes, 1), kPage);
   const size_t off = a.lo - m.host_lo;
   fallocate(m.pinned_fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, static_cast<off_t>(off),
