@@ -172,9 +172,8 @@ HostAttention::Ticket HostAttention::submit(std::vector<HostAttnItem> items,
                                             std::function<void()> on_done, HostAttnStart start) {
   auto b = std::make_shared<Batch>();
   const int64_t row_bytes = head_dim_ * dtype_size(kv_dtype_);
-  // Selected rows per item, and the part size that gives about kTasksPerThread tasks per worker.
+  // Selected rows per item.
   std::vector<int64_t> rows(items.size());
-  int64_t total = 0;
   for (size_t i = 0; i < items.size(); ++i) {
     const HostAttnItem& it = items[i];
     TANDEM_CHECK(it.q != nullptr && it.o != nullptr && it.lse != nullptr && it.G >= 1,
@@ -184,17 +183,20 @@ HostAttention::Ticket HostAttention::submit(std::vector<HostAttnItem> items,
                    " n_idx=", blk.n_idx);
       rows[i] += blk.rows();
     }
-    total += rows[i];
   }
+  // Each item alone is cut into up to kTasksPerThread parts per worker (none smaller than
+  // kMinPartBytes): a long item uses every core even when it is the only one, and how an item
+  // is split depends on the item and the thread count only, never on the rest of the batch, so
+  // a sequence's partial is the same bits whatever it is batched with.
   const int64_t target_tasks = kTasksPerThread * threads_;
   const int64_t min_rows = std::max<int64_t>(1, kMinPartBytes / (2 * row_bytes));
-  const int64_t part_rows = std::max(min_rows, (total + target_tasks - 1) / target_tasks);
 
   b->splits.resize(items.size());
   b->parts_left = std::make_unique<std::atomic<int32_t>[]>(items.size());
   int64_t scratch = 0;
   for (size_t i = 0; i < items.size(); ++i) {
     const HostAttnItem& it = items[i];
+    const int64_t part_rows = std::max(min_rows, (rows[i] + target_tasks - 1) / target_tasks);
     // Parts of about part_rows each (rounded, so an item slightly above part_rows stays whole).
     const int64_t n_parts = std::max<int64_t>(1, (rows[i] + part_rows / 2) / part_rows);
     Batch::Split& sp = b->splits[i];

@@ -5,10 +5,11 @@
 // device) and signal its end through on_done (a flag the device waits for), so the thread that
 // drives the device never has to block on it.
 //
-// Tasks are sized to the cores: an item whose selected rows exceed about 1 / (4 * threads) of the
-// batch is split into parts whose partials are merged with merge_partial_row, so one long
-// sequence still uses every core. The split depends only on the batch and the thread count of
-// this instance, and parts are merged in a fixed order, so results are reproducible.
+// Tasks are sized to the cores: each item is split into up to 4 parts per thread (none reading
+// less than 256 KiB of K and V) whose partials are merged with merge_partial_row, so one long
+// sequence still uses every core. The split depends only on the item and the thread count of
+// this instance (not on the rest of the batch), and parts are merged in a fixed order, so an
+// item's result is the same bits whatever it is batched with.
 #pragma once
 
 #include <tbb/task_arena.h>

@@ -13,11 +13,7 @@
 
 namespace tandem {
 
-namespace {
-
-using Clock = std::chrono::steady_clock;
-
-std::shared_ptr<spdlog::logger> logger() {
+std::shared_ptr<spdlog::logger> engine_logger() {
   static std::shared_ptr<spdlog::logger> log = [] {
     auto l = spdlog::get("engine");
     return l ? l : spdlog::stderr_color_mt("engine");
@@ -25,17 +21,7 @@ std::shared_ptr<spdlog::logger> logger() {
   return log;
 }
 
-double seconds(Clock::time_point a, Clock::time_point b) {
-  return std::chrono::duration<double>(b - a).count();
-}
-
-// CPU time of the calling thread: a step's wall time outside the forward pass minus this is time
-// the engine thread waited (for a core, or a lock), not work it did.
-double thread_cpu_seconds() {
-  timespec ts{};
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
-}
+namespace {
 
 SchedulerOptions scheduler_options(const EngineOptions& o) {
   return SchedulerOptions{o.max_batch, o.prefill_chunk, o.step_token_budget};
@@ -49,7 +35,7 @@ Engine::Engine(Model& model, const Tokenizer& tokenizer, KvStore& store,
       tokenizer_(tokenizer),
       store_(store),
       opt_(options),
-      scheduler_(scheduler_options(options), store, model.config().n_layer),
+      scheduler_(scheduler_options(options), store),
       seeds_(options.seed) {
   const ModelConfig& c = model.config();
   max_model_len_ = opt_.max_model_len == 0 ? c.max_context : opt_.max_model_len;
@@ -174,7 +160,7 @@ void Engine::loop() {
       step();
     } catch (const std::exception& e) {
       // A bug outside the guarded parts of the step: fail what is running and go on.
-      logger()->error("step failed: {}", e.what());
+      engine_logger()->error("step failed: {}", e.what());
       std::vector<Sequence*> running;
       for (const auto& s : scheduler_.running()) running.push_back(s.get());
       for (Sequence* s : running) fail(s, FinishReason::kError, e.what());
@@ -193,154 +179,6 @@ void Engine::cancel_everything() {
   for (const auto& s : scheduler_.waiting()) all.push_back(s.get());
   for (Sequence* s : all) fail(s, FinishReason::kCancelled);
   publish(0, 0, 0, 0, 0, false);
-}
-
-void Engine::step() {
-  const auto t0 = Clock::now();
-  const double c0 = thread_cpu_seconds();
-  // Cancelled streams are retired before anything runs for them.
-  std::vector<Sequence*> cancelled;
-  for (const auto& s : scheduler_.running())
-    if (s->stream->cancelled()) cancelled.push_back(s.get());
-  for (const auto& s : scheduler_.waiting())
-    if (s->stream->cancelled()) cancelled.push_back(s.get());
-  for (Sequence* s : cancelled) fail(s, FinishReason::kCancelled);
-
-  Schedule plan = scheduler_.schedule();
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    queued_ = static_cast<int32_t>(scheduler_.waiting().size());  // admitted ones no longer count
-  }
-  for (auto& [s, why] : plan.failed) fail(s, FinishReason::kError, why);
-  if (plan.chunks.empty()) {
-    publish(0, seconds(t0, Clock::now()), thread_cpu_seconds() - c0, 0, 0, false);
-    if (!scheduler_.waiting().empty()) {  // nothing fits now (should not happen): do not spin
-      std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait_for(lock, std::chrono::milliseconds(1));
-    }
-    return;
-  }
-
-  std::vector<StepSequence> batch;
-  batch.reserve(plan.chunks.size());
-  int64_t prompt_tokens = 0;
-  for (const ScheduledChunk& c : plan.chunks) {
-    Sequence& s = *c.seq;
-    const auto tokens = std::span<const int32_t>(s.tokens).subspan(
-        static_cast<size_t>(s.computed()), static_cast<size_t>(c.n));
-    batch.push_back(StepSequence{s.kv.get(), tokens, false, c.decode, c.observe});
-    if (!c.decode) prompt_tokens += c.n;
-  }
-
-  const auto t1 = Clock::now();
-  const double c1 = thread_cpu_seconds();
-  // The step fails as a whole where the forward pass (the KV of every sequence may be half
-  // written), the backend's sampling or the read-back of the logits fails.
-  auto fail_step = [&](const char* what, const std::exception& e) {
-    const auto t2 = Clock::now();
-    logger()->error("{} failed for a batch of {}: {}", what, batch.size(), e.what());
-    for (const ScheduledChunk& c : plan.chunks)
-      fail(c.seq, FinishReason::kError, cat(what, " failed: ", e.what()));
-    publish(seconds(t1, t2), seconds(t0, Clock::now()) - seconds(t1, t2), c1 - c0, 0, 0, true);
-  };
-  TensorView logits;  // backend memory: read back below only where the host samples
-  try {
-    logits = model_.forward_on_backend(batch);
-  } catch (const std::exception& e) {
-    return fail_step("the model step", e);
-  }
-
-  const size_t n_chunks = plan.chunks.size();
-  TANDEM_CHECK(logits.dim(0) == static_cast<int64_t>(n_chunks), "one logit row per chunk");
-  std::vector<int32_t> toks(n_chunks, -1);
-  std::vector<std::exception_ptr> errors(n_chunks);
-  // Where the host cannot read the logits in place, the sequences whose sampling is the plain
-  // rule (no penalties, no min-p) and that want no logprobs are sampled by the backend, which
-  // sends back one id per row instead of the row; the rest come down to the host. The uniforms
-  // come from each sequence's own generator, as on the host, so the tokens are the same.
-  std::vector<SampleRow> rows(n_chunks);  // rows not sampled there: greedy, and ignored
-  std::vector<uint8_t> on_backend(n_chunks, 0);
-  bool any_on_backend = false;
-  if (!model_.backend().host_accessible()) {
-    for (size_t i = 0; i < n_chunks; ++i) {
-      const ScheduledChunk& c = plan.chunks[i];
-      if (!c.last() || c.seq->top_logprobs >= 0 || !c.seq->sampler.plain()) continue;
-      try {
-        rows[i] = c.seq->sampler.backend_row();
-        on_backend[i] = 1;
-        any_on_backend = true;
-      } catch (...) {
-        errors[i] = std::current_exception();
-      }
-    }
-  }
-  bool backend_sampled = false;
-  if (any_on_backend) {
-    try {
-      backend_sampled = model_.backend().sample(logits, rows.data(), toks.data());
-    } catch (const std::exception& e) {
-      return fail_step("sampling on the backend", e);
-    }
-  }
-  // The rows the host samples (all, on a host-accessible backend), read back a run at a time.
-  auto on_host = [&](size_t i) {
-    return plan.chunks[i].last() && !errors[i] && !(on_backend[i] && backend_sampled);
-  };
-  std::vector<const float*> host_rows(n_chunks, nullptr);
-  try {
-    for (size_t i = 0; i < n_chunks;) {
-      if (!on_host(i)) {
-        ++i;
-        continue;
-      }
-      size_t j = i;
-      while (j < n_chunks && on_host(j)) ++j;
-      const TensorView h = model_.logits_to_host(static_cast<int64_t>(i), static_cast<int64_t>(j));
-      for (size_t k = i; k < j; ++k)
-        host_rows[k] = h.as<const float>() + static_cast<int64_t>(k - i) * vocab_;
-      i = j;
-    }
-  } catch (const std::exception& e) {
-    return fail_step("the model step", e);
-  }
-  // Forward time ends when the step's results are on the host: on a device backend the pass
-  // runs while this thread queues it, and the wait for it is in the read-back (or sampling).
-  const auto t2 = Clock::now();
-  const double c2 = thread_cpu_seconds();
-
-  int64_t generated = 0;
-  // Sampling on the host, one task per sequence: each sequence's sampler has its own generator,
-  // so the tokens do not depend on which thread draws them. With top-p over a large vocabulary a
-  // draw can take milliseconds; the rest (logprobs, detokenising, streaming) stays on this thread.
-  tbb::parallel_for(size_t{0}, n_chunks, [&](size_t i) {
-    if (host_rows[i] == nullptr) return;  // sampled by the backend, or nothing to sample
-    const ScheduledChunk& c = plan.chunks[i];
-    try {
-      thread_local std::vector<float> row;
-      row.assign(host_rows[i], host_rows[i] + vocab_);  // the sampler modifies its row
-      // A row meant for a backend without a sampler: its uniform is drawn already.
-      toks[i] = on_backend[i] ? c.seq->sampler.draw(row, rows[i].uniform)
-                              : c.seq->sampler.sample(row, c.seq->prompt(), c.seq->output());
-    } catch (...) {
-      errors[i] = std::current_exception();
-    }
-  });
-  for (size_t i = 0; i < n_chunks; ++i) {
-    const ScheduledChunk& c = plan.chunks[i];
-    if (!c.last()) continue;
-    try {
-      ++generated;
-      if (errors[i]) std::rethrow_exception(errors[i]);
-      const FinishReason r = advance(*c.seq, host_rows[i], toks[i]);
-      if (r != FinishReason::kNone) retire(c.seq, r);
-    } catch (const std::exception& e) {
-      logger()->error("request {} failed: {}", c.seq->id, e.what());
-      fail(c.seq, FinishReason::kError, e.what());
-    }
-  }
-  const double fwd = seconds(t1, t2);
-  publish(fwd, seconds(t0, Clock::now()) - fwd, (c1 - c0) + (thread_cpu_seconds() - c2),
-          prompt_tokens, generated, true);
 }
 
 FinishReason Engine::advance(Sequence& seq, const float* logits, int32_t tok) {

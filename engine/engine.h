@@ -5,6 +5,8 @@
 // to come down to the host), detokenises, applies stop conditions and streams the events.
 #pragma once
 
+#include <spdlog/logger.h>
+
 #include <array>
 #include <condition_variable>
 #include <cstdint>
@@ -25,6 +27,9 @@
 #include "models/model.h"
 
 namespace tandem {
+
+// The engine's logger ("engine").
+std::shared_ptr<spdlog::logger> engine_logger();
 
 struct EngineOptions {
   int32_t max_batch = 64;            // running sequences at most
@@ -82,7 +87,16 @@ class Engine {
 
  private:
   void loop();
+  // One step, in five parts: reap cancelled requests, schedule, run the batch (forward pass and
+  // sampling), postprocess (tokens into text and events), publish the metrics.
   void step();
+  struct StepOutput;  // engine/engine_step.cpp
+  struct StepTimes;
+  void reap_cancelled();
+  Schedule schedule_step();
+  // false: the batch failed as a whole (its sequences were failed and the step published).
+  bool run(const Schedule& work, StepOutput& out, StepTimes& times);
+  void postprocess(const Schedule& work, StepOutput& out);
   // Appends the sampled token `tok` of a sequence whose step ended at the end of its tokens and
   // streams its event; returns why the sequence finished (kNone: it goes on). logits is the
   // sequence's row on the host (null where the backend sampled it: no logprobs then).

@@ -7,25 +7,31 @@
 
 namespace tandem {
 
-Scheduler::Scheduler(const SchedulerOptions& opt, KvStore& store, int32_t n_layer)
-    : opt_(opt), store_(store), n_layer_(n_layer) {}
+namespace {
+
+// Whether a plan fits once `reserved` blocks of the pool are promised to pieces planned before.
+bool fits(const StepPlan& p, int64_t reserved) {
+  return p.device.net() <= p.device_free - reserved;
+}
+
+}  // namespace
+
+Scheduler::Scheduler(const SchedulerOptions& opt, KvPlanner& store) : opt_(opt), store_(store) {}
 
 void Scheduler::add(std::unique_ptr<Sequence> seq) {
   seq->status = SequenceStatus::kWaiting;
   waiting_.push_back(std::move(seq));
 }
 
-int64_t Scheduler::blocks_needed(const SequenceKv* kv, int32_t tokens) const {
-  if (store_.config().dense) return 0;
-  const auto* h = dynamic_cast<const HybridKv*>(kv);
-  const int64_t held = h ? h->device_blocks() : 0;
-  return std::max<int64_t>(0,
-                           HybridKv::device_blocks_for(store_.config(), n_layer_, tokens) - held);
+StepPlan Scheduler::plan_one(const SequenceKv* kv, int32_t n, bool decode) const {
+  const PlanRequest r{kv, n, decode, false};
+  return store_.plan(std::span<const PlanRequest>(&r, 1));
 }
 
-int64_t Scheduler::blocks_free() const {
-  if (store_.config().dense) return std::numeric_limits<int64_t>::max() / 2;
-  return store_.device_blocks_total() - store_.device_blocks_used();
+int64_t Scheduler::blocks_needed(const SequenceKv* kv, int32_t tokens) const {
+  const int32_t held = kv != nullptr ? kv->length() : 0;
+  if (tokens <= held) return 0;
+  return std::max<int64_t>(0, plan_one(kv, tokens - held, false).device.net());
 }
 
 void Scheduler::preempt_last() {
@@ -51,11 +57,14 @@ Schedule Scheduler::schedule() {
     const int32_t n =
         decode ? 1 : std::min({s.prefill_end - s.computed(), opt_.prefill_chunk, budget});
     if (n <= 0) continue;  // a prefill with no budget left waits for the next step
-    int64_t need = blocks_needed(s.kv.get(), s.computed() + n);
-    while (need > blocks_free() - reserved && running_.size() > i) {
+    // The plan of s's piece: its net device blocks against what is free after the pieces
+    // planned before it. Preempting frees blocks, so the plan is asked again after each victim.
+    StepPlan p = plan_one(s.kv.get(), n, decode);
+    while (!fits(p, reserved) && running_.size() > i) {
       preempt_last();  // possibly s itself, when it is the last one
-      need = blocks_needed(s.kv.get(), s.computed() + n);
+      p = plan_one(s.kv.get(), n, decode);
     }
+    const int64_t need = p.device.net();
     if (running_.size() <= i) break;  // s was preempted
     reserved += need;
     if (!decode) budget -= n;
@@ -66,7 +75,9 @@ Schedule Scheduler::schedule() {
   while (!waiting_.empty() && static_cast<int32_t>(running_.size()) < opt_.max_batch &&
          budget > 0) {
     Sequence& s = *waiting_.front();
-    if (blocks_needed(nullptr, s.size()) > blocks_free() - reserved) break;
+    // The whole sequence must fit (not only its first chunk), so that admitting it does not
+    // preempt it again on its next chunk.
+    if (!fits(plan_one(nullptr, s.size(), false), reserved)) break;
     const int32_t n = std::min({s.size(), opt_.prefill_chunk, budget});
     running_.push_back(std::move(waiting_.front()));
     waiting_.pop_front();
@@ -78,7 +89,7 @@ Schedule Scheduler::schedule() {
       out.failed.emplace_back(&s, e.what());
       continue;
     }
-    reserved += blocks_needed(nullptr, n);
+    reserved += plan_one(nullptr, n, false).device.net();
     budget -= n;
     out.chunks.push_back({&s, n, false, n == s.prefill_end});
   }

@@ -4,7 +4,9 @@
 // sequence that cannot grow preempts the most recently admitted one (its KV is freed and it goes
 // back to the FRONT of the queue to be recomputed from prompt + generated tokens); then waiting
 // sequences are admitted in order while the batch has room, the device KV pool can hold them and
-// the budget allows. No model code here: the engine runs what schedule() returns.
+// the budget allows. Memory questions go to the store's plans (KvPlanner): what a sequence's next
+// piece takes from the device pool. No model code here: the engine runs what schedule() returns,
+// and a fake planner drives it in tests.
 #pragma once
 
 #include <cstdint>
@@ -14,7 +16,7 @@
 #include <vector>
 
 #include "engine/sequence.h"
-#include "kvstore/kv_store.h"
+#include "kvstore/step_plan.h"
 
 namespace tandem {
 
@@ -42,28 +44,29 @@ struct Schedule {
 
 class Scheduler {
  public:
-  Scheduler(const SchedulerOptions& opt, KvStore& store, int32_t n_layer);
+  Scheduler(const SchedulerOptions& opt, KvPlanner& store);
 
   void add(std::unique_ptr<Sequence> seq);  // to the back of the waiting queue
   Schedule schedule();
   // Removes a sequence from the queue or the running set and frees its KV now.
   std::unique_ptr<Sequence> retire(Sequence* seq);
 
-  // Extra device blocks a sequence (kv may be null) needs to hold `tokens` tokens; 0 when dense.
+  // Device blocks a sequence (kv may be null: a new one) takes from the pool to grow to `tokens`
+  // tokens (its plan's net device blocks; 0 without a device tier).
   int64_t blocks_needed(const SequenceKv* kv, int32_t tokens) const;
-  int64_t blocks_total() const { return store_.config().dense ? 0 : store_.device_blocks_total(); }
+  int64_t blocks_total() const { return store_.device_blocks_total(); }
 
   const std::deque<std::unique_ptr<Sequence>>& waiting() const { return waiting_; }
   const std::vector<std::unique_ptr<Sequence>>& running() const { return running_; }
   int64_t preemptions() const { return preemptions_; }
 
  private:
-  int64_t blocks_free() const;
+  // The plan of one sequence growing by n tokens.
+  StepPlan plan_one(const SequenceKv* kv, int32_t n, bool decode) const;
   void preempt_last();  // the most recently admitted running sequence
 
   SchedulerOptions opt_;
-  KvStore& store_;
-  int32_t n_layer_;
+  KvPlanner& store_;
   std::deque<std::unique_ptr<Sequence>> waiting_;
   std::vector<std::unique_ptr<Sequence>> running_;  // admission order
   int64_t preemptions_ = 0;

@@ -3,6 +3,11 @@
 
 namespace tandem {
 
+void SequenceKv::attend(Backend&, int32_t, const TensorView&, const TensorView&, const TensorView&,
+                        const TensorView&, const AttnPartial&) {
+  TANDEM_CHECK(false, "this sequence attends through its store's step runner");
+}
+
 DenseKv::DenseKv(Backend& backend, const KvShape& shape, int32_t capacity)
     : shape_(shape), capacity_(capacity) {
   TANDEM_CHECK(capacity > 0, "capacity ", capacity);

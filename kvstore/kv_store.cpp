@@ -1,7 +1,10 @@
 // KvStore: pools, sequence creation and memory accounting.
 #include "kvstore/kv_store.h"
 
+#include <limits>
 #include <sstream>
+
+#include "kvstore/hybrid_runner.h"
 
 namespace tandem {
 
@@ -56,7 +59,7 @@ KvStore::KvStore(Backend& backend, const KvShape& shape, const KvConfig& cfg, in
     : backend_(backend), shape_(shape), cfg_(cfg) {
   cfg_.validate();
   if (cfg_.dense) return;
-  layout_ = BlockLayout{cfg_.block, shape.n_head_kv, shape.head_dim, cfg_.kv_dtype};
+  const BlockLayout layout{cfg_.block, shape.n_head_kv, shape.head_dim, cfg_.kv_dtype};
   int64_t dev = cfg_.device_blocks;
   if (dev == 0) {
     // Enough for max_sequences sequences at their largest device footprint.
@@ -67,32 +70,38 @@ KvStore::KvStore(Backend& backend, const KvShape& shape, const KvConfig& cfg, in
   // Only hgca needs a host copy of the device blocks (its MAW update reads their K every step);
   // under full and topk a device backend's blocks are written by device copies and read back
   // only when evicted.
-  device_ = std::make_unique<BlockPool>(layout_.dev_bytes(), dev, false, MemoryKind::kDevice,
+  device_ = std::make_unique<BlockPool>(layout.dev_bytes(), dev, false, MemoryKind::kDevice,
                                         &backend_, cfg_.sparse == SparsePolicy::kHgca);
-  const int64_t chunk = std::max<int64_t>(4, (int64_t{32} << 20) / layout_.host_bytes());
+  const int64_t chunk = std::max<int64_t>(4, (int64_t{32} << 20) / layout.host_bytes());
   // Ordinary host memory (the CPU attention reads it; a device backend gets it by upload): not
   // tagged pinned, which would let a CUDA op take it as device-readable.
-  host_ = std::make_unique<BlockPool>(layout_.host_bytes(), chunk, true, MemoryKind::kHost);
+  host_ = std::make_unique<BlockPool>(layout.host_bytes(), chunk, true, MemoryKind::kHost);
   host_attn_ =
       std::make_unique<HostAttention>(cfg_.cpu_threads, shape.head_dim, shape.scale, cfg_.kv_dtype);
+  const BlockAccess blocks{*device_, *host_, layout};
+  rows_ = DeviceRows::make(backend_, blocks);
+  shared_.reset(new HybridShared{backend_, shape_, cfg_, TableGeometry(cfg_), blocks, *rows_,
+                                 *host_attn_, staging_});
+  runner_ = std::make_unique<HybridRunner>(*shared_);
+  shared_->runner = runner_.get();
 }
+
+KvStore::~KvStore() = default;
 
 std::unique_ptr<SequenceKv> KvStore::new_sequence(int32_t capacity) {
   if (cfg_.dense) return std::make_unique<DenseKv>(backend_, shape_, capacity);
-  return std::make_unique<HybridKv>(backend_, shape_, cfg_, layout_, capacity, *device_, *host_,
-                                    *host_attn_, staging_);
+  return std::make_unique<HybridKv>(*shared_, capacity);
 }
 
-bool KvStore::can_hold(const SequenceKv* seq, int32_t tokens) const {
-  if (cfg_.dense) return true;
-  const auto* h = dynamic_cast<const HybridKv*>(seq);
-  const int64_t held = h ? h->device_blocks() : 0;
-  return HybridKv::device_blocks_for(cfg_, shape_.n_layer, tokens) - held <= device_->free_blocks();
-}
-
-HostStats KvStore::stats_of(const SequenceKv& seq) {
-  const auto* h = dynamic_cast<const HybridKv*>(&seq);
-  return h ? h->stats() : HostStats{};
+StepPlan KvStore::plan(std::span<const PlanRequest> batch) const {
+  if (cfg_.dense) {  // no device tier: every plan fits
+    StepPlan p;
+    p.seqs.resize(batch.size());
+    for (size_t i = 0; i < batch.size(); ++i) p.seqs[i].request = batch[i];
+    p.device_free = std::numeric_limits<int64_t>::max() / 2;
+    return p;
+  }
+  return plan_hybrid(*shared_, device_->free_blocks(), batch);
 }
 
 }  // namespace tandem

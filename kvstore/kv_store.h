@@ -1,6 +1,7 @@
-// KvStore: the facade the engine talks to. It owns the block pools of both tiers and the host
-// attention workers, creates each sequence's KV (hybrid, or dense with --dense) and answers the
-// scheduler's memory questions.
+// KvStore: the facade the engine talks to. It owns the block pools of both tiers, the row
+// strategy and the host attention workers, creates each sequence's KV (hybrid, or dense with
+// --dense) and plans steps for the scheduler (KvPlanner). A batch of its hybrid sequences runs
+// its steps through one runner (kvstore/hybrid_runner.h).
 #pragma once
 
 #include <memory>
@@ -10,37 +11,42 @@
 #include "kvstore/hybrid_kv.h"
 #include "kvstore/kv_config.h"
 #include "kvstore/sequence_kv.h"
+#include "kvstore/step_plan.h"
 
 namespace tandem {
 
-class KvStore {
+class HybridRunner;
+
+class KvStore final : public KvPlanner {
  public:
   // max_sequences x max_context sizes the device pool when cfg.device_blocks is 0. The device
   // pool and dense caches are `backend` memory (the model's backend, which must outlive this).
   KvStore(Backend& backend, const KvShape& shape, const KvConfig& cfg, int32_t max_sequences,
           int32_t max_context);
+  ~KvStore() override;
 
-  std::unique_ptr<SequenceKv> new_sequence(int32_t capacity);
-  // Whether a sequence (nullptr: a new one) can grow to `tokens` with the device blocks free now.
-  bool can_hold(const SequenceKv* seq, int32_t tokens) const;
+  std::unique_ptr<SequenceKv> new_sequence(int32_t capacity) override;
+  StepPlan plan(std::span<const PlanRequest> batch) const override;
+  int64_t device_blocks_total() const override { return device_ ? device_->capacity() : 0; }
 
   const KvConfig& config() const { return cfg_; }
   int64_t device_blocks_used() const { return device_ ? device_->used() : 0; }
-  int64_t device_blocks_total() const { return device_ ? device_->capacity() : 0; }
   int64_t host_blocks_used() const { return host_ ? host_->used() : 0; }
   int64_t host_blocks_total() const { return host_ ? host_->capacity() : 0; }
   HostAttention* host_attention() { return host_attn_.get(); }
   // Host counters of a sequence (zero for dense ones).
-  static HostStats stats_of(const SequenceKv& seq);
+  static HostStats stats_of(const SequenceKv& seq) { return seq.host_stats(); }
 
  private:
   Backend& backend_;
   KvShape shape_;
   KvConfig cfg_;
-  BlockLayout layout_;
   std::unique_ptr<BlockPool> device_, host_;
   std::unique_ptr<HostAttention> host_attn_;
+  std::unique_ptr<DeviceRows> rows_;
   HostSpanStaging staging_;
+  std::unique_ptr<HybridShared> shared_;
+  std::unique_ptr<HybridRunner> runner_;
 };
 
 }  // namespace tandem

@@ -1,11 +1,15 @@
-// Host-entry selection policies of the hybrid attention, as pure functions over block metadata:
-// HGCA per-head MAW thresholds, Quest upper bounds and top-k blocks (ScoutAttention), and the
-// MAW / digest updates that feed them.
+// Host-entry selection policies of the hybrid attention. The primitives are pure functions over
+// block metadata (HGCA per-head MAW thresholds, Quest upper bounds and top-k blocks as in
+// ScoutAttention, the digest update); each policy is a small unit that turns one (sequence,
+// layer, KV head)'s host blocks into the block / entry references the host attention reads.
 #pragma once
 
 #include <cstdint>
 #include <span>
 #include <vector>
+
+#include "cpu_attn/host_kernel.h"
+#include "kvstore/block_access.h"
 
 namespace tandem {
 
@@ -25,5 +29,27 @@ inline float maw_step(float maw, float p, float alpha) { return (1.0f - alpha) *
 
 // Widens a block digest [kmin, kmax] (d channels) by one key row.
 void digest_add(float* kmin, float* kmax, const float* k, int32_t d);
+
+// The host blocks of one (sequence, layer) and the KV head g a policy selects for.
+struct HostHead {
+  const LayerTable& table;
+  const BlockAccess& blocks;
+  int32_t g = 0;
+  // Block j's reference: all its rows of head g.
+  HostBlockRef ref(int32_t j) const;
+  int32_t rows_of(int32_t j) const;
+  int32_t count() const { return static_cast<int32_t>(table.host.size()); }
+};
+
+// The policies: append to refs (and idx, which refs point into; not grown afterwards) what head
+// g attends; return the rows selected.
+// full: every host entry.
+int64_t select_full(const HostHead& h, std::vector<HostBlockRef>& refs);
+// topk: the k blocks with the largest Quest bound for the group's queries qg [G, d].
+int64_t select_topk(const HostHead& h, const float* qg, int32_t G, int32_t k,
+                    std::vector<HostBlockRef>& refs);
+// hgca: the entries whose MAW exceeds threshold.
+int64_t select_hgca(const HostHead& h, float threshold, std::vector<HostBlockRef>& refs,
+                    std::vector<int32_t>& idx);
 
 }  // namespace tandem

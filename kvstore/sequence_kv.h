@@ -1,7 +1,8 @@
-// SequenceKv: the one place the forward pass meets the KV cache. Each layer of a step hands it
-// the new tokens' k/v and their queries; it stores the k/v and returns the attention partial.
-// DenseKv is the plain contiguous cache (the reference); the hybrid two-tier store implements
-// the same interface.
+// SequenceKv: one sequence's KV cache. The forward pass meets the KV cache a step at a time for
+// the whole batch (kvstore/kv_step.h): each layer hands over the new tokens' k/v and their
+// queries, the store keeps the k/v and returns the attention partials. DenseKv is the plain
+// contiguous cache (the reference); the hybrid two-tier store (kvstore/hybrid_kv.h) implements
+// the same interface and attends a batch of its sequences at once.
 #pragma once
 
 #include <cstdint>
@@ -11,6 +12,15 @@
 
 namespace tandem {
 
+class KvStepRunner;
+
+// Counters of the host side, summed over steps, layers and KV heads (zero for dense sequences).
+struct HostStats {
+  int64_t host_entries = 0;   // host tokens x KV heads that decode steps could attend
+  int64_t attended = 0;       // of which the policy selected
+  int64_t decode_layers = 0;  // (layer, sequence) decode attentions
+};
+
 class SequenceKv {
  public:
   virtual ~SequenceKv() = default;
@@ -18,13 +28,7 @@ class SequenceKv {
   virtual int32_t length() const = 0;
   // Largest length this sequence may reach.
   virtual int32_t capacity() const = 0;
-  // One layer of a step with n new tokens at positions length() .. length()+n-1:
-  //   k, v [n, n_head_kv, head_dim] f32 are stored, then q [n, n_head_q, head_dim] f32 attends
-  //   causally to every stored token including the new ones -> out.o [n, n_head_q, head_dim],
-  //   out.lse [n, n_head_q]. q_pos i32 [n] holds the positions.
-  virtual void attend(Backend& backend, int32_t layer, const TensorView& q, const TensorView& k,
-                      const TensorView& v, const TensorView& q_pos, const AttnPartial& out) = 0;
-  // After every layer of the step ran: the n new tokens become part of the sequence.
+  // After every layer of a step ran: the n new tokens become part of the sequence.
   virtual void advance(int32_t n) = 0;
   // Stores n tokens' k and v for one layer without attending: KV computed elsewhere, or the
   // synthetic context of a benchmark (`bench-decode --fill import`). k, v are host memory, f32
@@ -34,15 +38,16 @@ class SequenceKv {
   // MAW).
   virtual void import_kv(Backend& backend, int32_t layer, const float* k, const float* v,
                          int32_t n) = 0;
-
-  // What the next step is: prefill chunks are exact under every policy; `observe` marks the last
-  // chunk of a prompt, whose queries seed the selection metadata of the prompt tokens.
-  virtual void begin_step(bool decode, bool observe) {}
-  // Layer-ahead host attention: true when the store wants a predicted query for each layer of a
-  // decode step before that layer runs, handed over with prefetch (q_pred [1, n_head_q, d]).
-  virtual bool wants_prefetch() const { return false; }
-  virtual bool prefetch_oracle() const { return false; }  // prefetch with the true q instead
-  virtual void prefetch(Backend& backend, int32_t layer, const TensorView& q_pred) {}
+  // The runner that attends this sequence's steps together with others of the same store; null
+  // where each sequence attends on its own (attend below).
+  virtual KvStepRunner* step_runner() const { return nullptr; }
+  // One layer of a step with n new tokens at positions length() .. length()+n-1, for a sequence
+  // without a runner: k, v [n, n_head_kv, head_dim] f32 are stored, then q [n, n_head_q,
+  // head_dim] f32 attends causally to every stored token including the new ones -> out.o
+  // [n, n_head_q, head_dim], out.lse [n, n_head_q]. q_pos i32 [n] holds the positions.
+  virtual void attend(Backend& backend, int32_t layer, const TensorView& q, const TensorView& k,
+                      const TensorView& v, const TensorView& q_pos, const AttnPartial& out);
+  virtual HostStats host_stats() const { return {}; }
 };
 
 struct KvShape {

@@ -243,33 +243,19 @@ TensorView Model::forward_on_backend(std::span<const StepSequence> batch) {
     be.add(x, h, x);
   }
 
-  for (const StepSequence& s : batch) s.kv->begin_step(s.decode, s.observe);
-  // Rows [ahead_lo, ahead_hi) cover every decode sequence that wants a predicted query.
-  int64_t ahead_lo = n, ahead_hi = 0;
-  bool oracle = false;
+  // The KV side of the step for the whole batch: plans it, then takes each layer's rows.
+  std::vector<StepRows> step_rows;
   {
     int64_t r = 0;
     for (const StepSequence& s : batch) {
-      const int64_t e = r + static_cast<int64_t>(s.tokens.size());
-      if (s.decode && s.kv->wants_prefetch() && !s.kv->prefetch_oracle()) {
-        ahead_lo = std::min(ahead_lo, r);
-        ahead_hi = std::max(ahead_hi, e);
-      }
-      oracle |= s.decode && s.kv->prefetch_oracle();
-      r = e;
+      step_rows.push_back(
+          StepRows{s.kv, r, static_cast<int32_t>(s.tokens.size()), s.decode, s.observe});
+      r += static_cast<int64_t>(s.tokens.size());
     }
   }
-  // Hands each decode sequence that wants it its rows of a (predicted or true) query of layer li.
-  // qs holds the queries of rows [row0, row0 + qs.dim(0)).
-  auto hand_over = [&](int32_t li, const TensorView& qs, int64_t row0, bool want_oracle) {
-    int64_t r = 0;
-    for (const StepSequence& s : batch) {
-      const int64_t e = r + static_cast<int64_t>(s.tokens.size());
-      if (s.decode && s.kv->wants_prefetch() && s.kv->prefetch_oracle() == want_oracle)
-        s.kv->prefetch(be, li, qs.slice(r - row0, e - row0));
-      r = e;
-    }
-  };
+  const std::unique_ptr<KvStep> kv = begin_kv_step(step_rows);
+  // Rows [ahead_lo, ahead_hi) cover every decode sequence that wants a predicted query.
+  const int64_t ahead_lo = kv->ahead_lo(), ahead_hi = kv->ahead_hi();
 
   for (int32_t li = 0; li < c.n_layer; ++li) {
     const LayerWeights& l = w_.layers[static_cast<size_t>(li)];
@@ -282,7 +268,7 @@ TensorView Model::forward_on_backend(std::span<const StepSequence> batch) {
       const LayerWeights& next = w_.layers[static_cast<size_t>(li + 1)];
       if (c.pre_norm) norm(xs, next.attn_norm, next.attn_norm_b, ph);
       query(li + 1, c.pre_norm ? ph : xs, ps, pq);
-      hand_over(li + 1, pq, ahead_lo, false);
+      kv->prefetch(be, li + 1, pq, ahead_lo);
     }
     // Attention block.
     const TensorView& attn_in = c.pre_norm ? h : x;
@@ -294,15 +280,8 @@ TensorView Model::forward_on_backend(std::span<const StepSequence> batch) {
       be.rms_norm(k.reshape({n * c.n_head_kv, c.head_dim}), l.k_norm, c.norm_eps,
                   k.reshape({n * c.n_head_kv, c.head_dim}));
     if (!c.rope.inv_freq.empty()) be.rope(k, pos, c.rope);
-    if (oracle) hand_over(li, q, 0, true);
-    // The attention call site: each sequence's KV store takes its rows.
-    int64_t r = 0;
-    for (const StepSequence& s : batch) {
-      const int64_t e = r + static_cast<int64_t>(s.tokens.size());
-      s.kv->attend(be, li, q.slice(r, e), k.slice(r, e), v.slice(r, e), pos.slice(r, e),
-                   AttnPartial{o.slice(r, e), lse.slice(r, e)});
-      r = e;
-    }
+    // The attention call site: the KV store takes every row of the batch.
+    kv->attend(be, li, q, k, v, pos, AttnPartial{o, lse});
     be.matmul(o.reshape({n, qd}), l.wo, l.bo, attn_out);
     be.add(x, attn_out, x);
     if (!c.pre_norm) norm(x, l.attn_norm, l.attn_norm_b, x);
@@ -323,7 +302,7 @@ TensorView Model::forward_on_backend(std::span<const StepSequence> batch) {
     if (!c.pre_norm) norm(x, l.ffn_norm, l.ffn_norm_b, x);
   }
 
-  for (const StepSequence& s : batch) s.kv->advance(static_cast<int32_t>(s.tokens.size()));
+  kv->finish();
 
   // Rows that need logits: gather, final norm, projection, lm_head.
   const TensorView sel = rows_view(logit_in_, rows, c.hidden);

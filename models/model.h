@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "kernels/backend.h"
+#include "kvstore/kv_step.h"
 #include "kvstore/sequence_kv.h"
 #include "models/config.h"
 #include "models/safetensors.h"

@@ -36,6 +36,7 @@
 #include "kvstore/kv_store.h"
 #include "models/model.h"
 #include "server/device_check.h"
+#include "tests/kv_test_step.h"
 #include "tests/test_model_runs.h"
 
 using namespace tandem;
@@ -449,14 +450,14 @@ TEST_CASE("imported KV on the fake device decodes like the CPU backend, bit for 
     const BackendBuffer dp = BackendBuffer::upload(be, TensorView(&pos, DType::kI32, {1}));
     const BackendBuffer o(be, DType::kF32, {1, 4, 8}), lse(be, DType::kF32, {1, 4});
     std::vector<float> out;
-    seq->begin_step(true, false);
-    for (int32_t l = 0; l < 2; ++l) {
-      seq->attend(be, l, dq.view(), dk.view(), dv.view(), dp.view(), {o.view(), lse.view()});
-      std::vector<float> h(32);
-      be.download(o.view(), TensorView(h.data(), DType::kF32, {1, 4, 8}));
-      out.insert(out.end(), h.begin(), h.end());
-    }
-    seq->advance(1);
+    test::run_kv_step(*seq, 1, true, false, [&](KvStep& step) {
+      for (int32_t l = 0; l < 2; ++l) {
+        step.attend(be, l, dq.view(), dk.view(), dv.view(), dp.view(), {o.view(), lse.view()});
+        std::vector<float> h(32);
+        be.download(o.view(), TensorView(h.data(), DType::kF32, {1, 4, 8}));
+        out.insert(out.end(), h.begin(), h.end());
+      }
+    });
     return out;
   };
   auto cpu = make_cpu_backend();

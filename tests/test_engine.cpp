@@ -532,7 +532,7 @@ TEST_CASE("chunked prefill shares steps with decodes under the token budget", "[
   opt.max_batch = 4;
   opt.prefill_chunk = 32;
   opt.step_token_budget = 40;
-  Scheduler sched(opt, store, s.model->config().n_layer);
+  Scheduler sched(opt, store);
   auto make = [&](uint64_t id, int32_t n) {
     GenerationRequest r = greedy(std::vector<int32_t>(static_cast<size_t>(n), 7), 8);
     return std::make_unique<Sequence>(id, std::move(r), std::make_shared<TokenStream>(),
@@ -585,7 +585,7 @@ TEST_CASE("a sequence that cannot grow preempts the most recently admitted one",
   Setup s;
   // 2 layers x (sink block + one window block) = 4 blocks per short sequence; 8 in the pool.
   KvStore store(s.model->backend(), s.model->kv_shape(), hybrid_config(8), 4, 512);
-  Scheduler sched(SchedulerOptions{}, store, s.model->config().n_layer);
+  Scheduler sched(SchedulerOptions{}, store);
   auto make = [&](uint64_t id) {
     GenerationRequest r = greedy(std::vector<int32_t>(10, 7), 100);
     return std::make_unique<Sequence>(id, std::move(r), std::make_shared<TokenStream>(),

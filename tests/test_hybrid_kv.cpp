@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <cstring>
 #include <future>
 #include <random>
 
@@ -11,6 +12,7 @@
 #include "kvstore/kv_store.h"
 #include "kvstore/selection.h"
 #include "models/model.h"
+#include "tests/kv_test_step.h"
 #include "tests/test_model_runs.h"
 
 using namespace tandem;
@@ -114,23 +116,24 @@ TEST_CASE("block accounting under random appends and frees", "[hybrid][pool]") {
       } else {
         SequenceKv& s = *seqs[rng() % seqs.size()];
         if (s.length() >= 200) continue;
-        if (!store.can_hold(&s, s.length() + 1)) continue;
+        const PlanRequest req{&s, 1, true, false};
+        if (!store.plan(std::span<const PlanRequest>(&req, 1)).fits()) continue;
         for (auto* buf : {&q, &k, &v})
           for (float& x : *buf) x = std::uniform_real_distribution<float>(-1, 1)(rng);
         int32_t pos = s.length();
-        s.begin_step(true, false);
-        for (int32_t l = 0; l < 2; ++l)
-          s.attend(*backend, l, TensorView(q.data(), DType::kF32, {1, 4, 16}),
-                   TensorView(k.data(), DType::kF32, {1, 2, 16}),
-                   TensorView(v.data(), DType::kF32, {1, 2, 16}),
-                   TensorView(&pos, DType::kI32, {1}),
-                   AttnPartial{TensorView(o.data(), DType::kF32, {1, 4, 16}),
-                               TensorView(lse.data(), DType::kF32, {1, 4})});
-        s.advance(1);
+        run_kv_step(s, 1, true, false, [&](KvStep& step) {
+          for (int32_t l = 0; l < 2; ++l)
+            step.attend(*backend, l, TensorView(q.data(), DType::kF32, {1, 4, 16}),
+                        TensorView(k.data(), DType::kF32, {1, 2, 16}),
+                        TensorView(v.data(), DType::kF32, {1, 2, 16}),
+                        TensorView(&pos, DType::kI32, {1}),
+                        AttnPartial{TensorView(o.data(), DType::kF32, {1, 4, 16}),
+                                    TensorView(lse.data(), DType::kF32, {1, 4})});
+        });
       }
       int64_t dev = 0, host = 0;
       for (auto& s : seqs) {
-        auto* h = dynamic_cast<HybridKv*>(s.get());
+        auto* h = static_cast<HybridKv*>(s.get());  // a hybrid store's sequences
         dev += h->device_blocks();
         host += h->host_blocks();
         CHECK(h->device_blocks() == HybridKv::device_blocks_for(cfg, 2, s->length()));
@@ -223,10 +226,10 @@ TEST_CASE("ahead mode keeps its own copy of the predicted query", "[hybrid][ahea
   for (bool overwrite : {false, true}) {
     auto kv = store.new_sequence(64);
     Buffer o(DType::kF32, {n, 4, 8}), lse(DType::kF32, {n, 4});
-    kv->begin_step(false, true);
-    kv->attend(*backend, 0, q.view(), k.view(), v.view(), pos.view().slice(0, n),
-               AttnPartial{o.view(), lse.view()});
-    kv->advance(n);
+    run_kv_step(*kv, n, false, true, [&](KvStep& step) {
+      step.attend(*backend, 0, q.view(), k.view(), v.view(), pos.view().slice(0, n),
+                  AttnPartial{o.view(), lse.view()});
+    });
     REQUIRE(KvStore::stats_of(*kv).host_entries == 0);
 
     // Hold the one host worker until the predicted query has been overwritten.
@@ -239,15 +242,15 @@ TEST_CASE("ahead mode keeps its own copy of the predicted query", "[hybrid][ahea
 
     Buffer qp(DType::kF32, {1, 4, 8});
     std::copy_n(pred.as<float>(), 32, qp.as<float>());
-    kv->begin_step(true, true);
-    kv->prefetch(*backend, 0, qp.view());
-    if (overwrite) std::fill_n(qp.as<float>(), 32, 3.0f);  // the next layer's prediction
-    release.set_value();
-    ha.wait(blocker);
     Buffer od(DType::kF32, {1, 4, 8}), lsed(DType::kF32, {1, 4});
-    kv->attend(*backend, 0, qd.view(), kd.view(), vd.view(), pos.view().slice(n, n + 1),
-               AttnPartial{od.view(), lsed.view()});
-    kv->advance(1);
+    run_kv_step(*kv, 1, true, false, [&](KvStep& step) {
+      step.prefetch(*backend, 0, qp.view(), 0);
+      if (overwrite) std::fill_n(qp.as<float>(), 32, 3.0f);  // the next layer's prediction
+      release.set_value();
+      ha.wait(blocker);
+      step.attend(*backend, 0, qd.view(), kd.view(), vd.view(), pos.view().slice(n, n + 1),
+                  AttnPartial{od.view(), lsed.view()});
+    });
     CHECK(KvStore::stats_of(*kv).host_entries > 0);
     outs.push_back(std::move(od));
   }
@@ -265,11 +268,11 @@ TEST_CASE("imported KV attends like the same KV stored by a prefill", "[hybrid][
   const Buffer qd = random({1, 4, 8}), kd = random({1, 2, 8}), vd = random({1, 2, 8});
   auto decode = [&](SequenceKv& kv) {
     Buffer o(DType::kF32, {2, 4, 8}), lse(DType::kF32, {2, 4});
-    kv.begin_step(true, false);
-    for (int32_t l = 0; l < 2; ++l)
-      kv.attend(*backend, l, qd.view(), kd.view(), vd.view(), pos.view().slice(n, n + 1),
-                AttnPartial{o.view().slice(l, l + 1), lse.view().slice(l, l + 1)});
-    kv.advance(1);
+    run_kv_step(kv, 1, true, false, [&](KvStep& step) {
+      for (int32_t l = 0; l < 2; ++l)
+        step.attend(*backend, l, qd.view(), kd.view(), vd.view(), pos.view().slice(n, n + 1),
+                    AttnPartial{o.view().slice(l, l + 1), lse.view().slice(l, l + 1)});
+    });
     return o;
   };
   for (int32_t window : {0, 8, 12}) {
@@ -278,17 +281,17 @@ TEST_CASE("imported KV attends like the same KV stored by a prefill", "[hybrid][
     KvStore store(*backend, shape, cfg, 3, 64);
     auto prefilled = store.new_sequence(64);
     Buffer o(DType::kF32, {n, 4, 8}), lse(DType::kF32, {n, 4});
-    prefilled->begin_step(false, true);
-    for (int32_t l = 0; l < 2; ++l)
-      prefilled->attend(*backend, l, q.view(), k.view(), v.view(), pos.view().slice(0, n),
-                        AttnPartial{o.view(), lse.view()});
-    prefilled->advance(n);
+    run_kv_step(*prefilled, n, false, true, [&](KvStep& step) {
+      for (int32_t l = 0; l < 2; ++l)
+        step.attend(*backend, l, q.view(), k.view(), v.view(), pos.view().slice(0, n),
+                    AttnPartial{o.view(), lse.view()});
+    });
     auto imported = store.new_sequence(64);
     for (int32_t l = 0; l < 2; ++l)
       imported->import_kv(*backend, l, k.as<float>(), v.as<float>(), n);
     imported->advance(n);
-    CHECK(dynamic_cast<HybridKv&>(*imported).host_blocks() ==
-          dynamic_cast<HybridKv&>(*prefilled).host_blocks());
+    CHECK(static_cast<HybridKv&>(*imported).host_blocks() ==
+          static_cast<HybridKv&>(*prefilled).host_blocks());
     DenseKv dense(*backend, shape, 64);
     for (int32_t l = 0; l < 2; ++l) dense.import_kv(*backend, l, k.as<float>(), v.as<float>(), n);
     dense.advance(n);
@@ -316,12 +319,12 @@ TEST_CASE("a decode step's MAW update matches the attention weights in float64",
   Buffer pos(DType::kI32, {n + 1});
   for (int32_t i = 0; i <= n; ++i) pos.as<int32_t>()[i] = i;
   auto kv = store.new_sequence(64);
-  auto& hyb = dynamic_cast<HybridKv&>(*kv);
+  auto& hyb = static_cast<HybridKv&>(*kv);
   Buffer o(DType::kF32, {n, hq, d}), lse(DType::kF32, {n, hq});
-  kv->begin_step(false, true);
-  kv->attend(*backend, 0, q.view(), k.view(), v.view(), pos.view().slice(0, n),
-             AttnPartial{o.view(), lse.view()});
-  kv->advance(n);
+  run_kv_step(*kv, n, false, true, [&](KvStep& step) {
+    step.attend(*backend, 0, q.view(), k.view(), v.view(), pos.view().slice(0, n),
+                AttnPartial{o.view(), lse.view()});
+  });
   // Device tokens now: the sinks 0-1 and the window after the host blocks (whole blocks of 4:
   // the window evicts a block when a token would overflow its 8).
   const int32_t host_tokens = static_cast<int32_t>(hyb.host_blocks()) * 4;
@@ -332,10 +335,10 @@ TEST_CASE("a decode step's MAW update matches the attention weights in float64",
   for (int32_t p : device)
     for (int32_t g = 0; g < hkv; ++g) before.push_back(hyb.maw_of(0, p, g));
   Buffer od(DType::kF32, {1, hq, d}), lsed(DType::kF32, {1, hq});
-  kv->begin_step(true, false);
-  kv->attend(*backend, 0, qd.view(), kd.view(), vd.view(), pos.view().slice(n, n + 1),
-             AttnPartial{od.view(), lsed.view()});
-  kv->advance(1);
+  run_kv_step(*kv, 1, true, false, [&](KvStep& step) {
+    step.attend(*backend, 0, qd.view(), kd.view(), vd.view(), pos.view().slice(n, n + 1),
+                AttnPartial{od.view(), lsed.view()});
+  });
   // The device partial: the device tokens and the new one, in float64.
   auto key = [&](int32_t p, int32_t g) {
     return p < n ? k.as<float>() + (int64_t{p} * hkv + g) * d : kd.as<float>() + int64_t{g} * d;
@@ -368,4 +371,83 @@ TEST_CASE("a decode step's MAW update matches the attention weights in float64",
     }
   for (int32_t g = 0; g < hkv; ++g)  // the new token's first observation
     CHECK(std::abs(hyb.maw_of(0, n, g) - p_max(n, g)) <= 1e-5);
+}
+
+// One plan per step: a sequence's attention does not depend on what it is batched with (the
+// batch's host work is one submission, split per item, and every sequence's device part and
+// merge are its own), for every policy and start mode. (The model's matrix products are not
+// batch invariant on the CPU backend, so this is checked on the store's partials.)
+TEST_CASE("a sequence attends the same bits alone and in a mixed batch", "[hybrid][batch]") {
+  auto backend = make_cpu_backend();
+  const KvShape shape{2, 4, 2, 16, 0.25f};
+  RandomBuffers random(31);
+  const int32_t prompt = 40, steps = 12;
+  // Rows of every step: a's prompt, then per decode step a, b, c's rows.
+  const Buffer q = random({256, 4, 16}), k = random({256, 2, 16}), v = random({256, 2, 16});
+  Buffer pos(DType::kI32, {256});
+  for (SparsePolicy p : {SparsePolicy::kFull, SparsePolicy::kHgca, SparsePolicy::kTopk})
+    for (CpuAttnMode m : {CpuAttnMode::kParallel, CpuAttnMode::kAhead}) {
+      DYNAMIC_SECTION(policy_name(p) << " " << mode_name(m)) {
+        const KvConfig cfg = small_hybrid(8, p, m);
+        // Runs the steps of a list of (sequence, first row of q/k/v, rows) and returns a's
+        // output rows of both layers.
+        auto run = [&](KvStore& store, std::vector<std::unique_ptr<SequenceKv>>& kvs,
+                       const std::vector<std::vector<std::pair<int32_t, int32_t>>>& plan) {
+          std::vector<float> a_out;
+          for (const auto& step_seqs : plan) {
+            std::vector<StepRows> rows;
+            int64_t n = 0;
+            for (size_t i = 0; i < step_seqs.size(); ++i) {
+              if (step_seqs[i].second == 0) continue;
+              rows.push_back(StepRows{kvs[i].get(), n, step_seqs[i].second,
+                                      step_seqs[i].second == 1, step_seqs[i].second > 1});
+              for (int32_t j = 0; j < step_seqs[i].second; ++j)
+                pos.as<int32_t>()[n + j] = kvs[i]->length() + j;
+              n += step_seqs[i].second;
+            }
+            // The rows of q/k/v each sequence feeds, gathered in batch order.
+            Buffer qs(DType::kF32, {n, 4, 16}), ks(DType::kF32, {n, 2, 16}),
+                vs(DType::kF32, {n, 2, 16});
+            for (size_t i = 0, r = 0; i < step_seqs.size(); ++i)
+              for (int32_t j = 0; j < step_seqs[i].second; ++j, ++r) {
+                const int64_t src = step_seqs[i].first + j;
+                std::copy_n(q.as<float>() + src * 64, 64, qs.as<float>() + r * 64);
+                std::copy_n(k.as<float>() + src * 32, 32, ks.as<float>() + r * 32);
+                std::copy_n(v.as<float>() + src * 32, 32, vs.as<float>() + r * 32);
+              }
+            Buffer o(DType::kF32, {n, 4, 16}), lse(DType::kF32, {n, 4});
+            const auto step = begin_kv_step(rows);
+            for (int32_t l = 0; l < 2; ++l) {
+              if (step->ahead_lo() < step->ahead_hi())  // a stand-in prediction: the true q
+                step->prefetch(*backend, l, qs.view().slice(step->ahead_lo(), step->ahead_hi()),
+                               step->ahead_lo());
+              step.get()->attend(*backend, l, qs.view(), ks.view(), vs.view(),
+                                 pos.view().slice(0, n), AttnPartial{o.view(), lse.view()});
+              const int32_t na = step_seqs[0].second;  // a's rows come first
+              a_out.insert(a_out.end(), o.as<float>(), o.as<float>() + na * 64);
+              a_out.insert(a_out.end(), lse.as<float>(), lse.as<float>() + na * 4);
+            }
+            step->finish();
+          }
+          return a_out;
+        };
+        // a: prompt rows [0, 40), decode rows 40 + s. b: 30 rows from 100, decodes from 140.
+        // c: prefills rows [200, 236) in chunks of 3 while a decodes.
+        std::vector<std::vector<std::pair<int32_t, int32_t>>> alone = {{{0, prompt}}};
+        std::vector<std::vector<std::pair<int32_t, int32_t>>> mixed = {
+            {{0, prompt}, {100, 30}, {200, 0}}};
+        for (int32_t s = 0; s < steps; ++s) {
+          alone.push_back({{prompt + s, 1}});
+          mixed.push_back({{prompt + s, 1}, {140 + s, 1}, {200 + 3 * s, 3}});
+        }
+        KvStore one(*backend, shape, cfg, 1, 128), three(*backend, shape, cfg, 3, 128);
+        std::vector<std::unique_ptr<SequenceKv>> s1, s3;
+        s1.push_back(one.new_sequence(128));
+        for (int i = 0; i < 3; ++i) s3.push_back(three.new_sequence(128));
+        const std::vector<float> want = run(one, s1, alone), got = run(three, s3, mixed);
+        REQUIRE(got.size() == want.size());
+        CHECK(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)) == 0);
+        CHECK(KvStore::stats_of(*s3[0]).host_entries > 0);
+      }
+    }
 }

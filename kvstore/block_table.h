@@ -1,0 +1,67 @@
+// The block table of one (sequence, layer) of the hybrid store, and the arithmetic of where a
+// sequence's tokens live: the first `sinks` tokens in one device block, a ring of recent blocks
+// (`window` tokens) on the device, every older token in host blocks, moved there a whole block
+// at a time when the window overflows. Pure bookkeeping: no memory is touched here.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <vector>
+
+#include "kernels/dtype.h"
+#include "kvstore/kv_config.h"
+#include "kvstore/step_plan.h"
+
+namespace tandem {
+
+// Byte layout of the blocks of one layer (shared by every sequence of a KvStore).
+struct BlockLayout {
+  int32_t tokens = 0, n_head_kv = 0, head_dim = 0;
+  DType dtype = DType::kF32;
+  // Device block: K [tokens, n_head_kv, head_dim], V likewise, MAW f32 [tokens, n_head_kv].
+  int64_t dev_kv_bytes() const {
+    return int64_t{tokens} * n_head_kv * head_dim * dtype_size(dtype);
+  }
+  int64_t dev_bytes() const { return 2 * dev_kv_bytes() + int64_t{tokens} * n_head_kv * 4; }
+  // Host block: K [n_head_kv, tokens, head_dim], V likewise, MAW f32 [n_head_kv, tokens],
+  // digest min and max f32 [n_head_kv, head_dim] each.
+  int64_t host_bytes() const {
+    return 2 * dev_kv_bytes() + int64_t{tokens} * n_head_kv * 4 +
+           2 * int64_t{n_head_kv} * head_dim * 4;
+  }
+};
+
+// The placement rule of a store's configuration.
+struct TableGeometry {
+  int32_t sinks = 0;   // effective: 0 when everything lives on the host (window 0)
+  int32_t window = 0;  // 0: every token but none on the device
+  int32_t block = 1;
+
+  explicit TableGeometry(const KvConfig& cfg)
+      : sinks(cfg.window == 0 ? 0 : std::min(cfg.sinks, cfg.block)),
+        window(cfg.window),
+        block(cfg.block) {}
+
+  // Where the first `length` tokens of a sequence live, per layer.
+  struct Counts {
+    int32_t sink_tokens = 0, window_tokens = 0, host_tokens = 0;
+    int64_t device_blocks = 0, host_blocks = 0;
+  };
+  Counts counts(int64_t length) const;
+  // One layer's blocks taken and freed per tier when a sequence grows from `length` by n tokens
+  // (the store evicts a window block before it allocates the next one, so the device peak is
+  // the final count), and how many blocks move to the host.
+  void growth(int64_t length, int64_t n, TierDelta& device, TierDelta& host,
+              int32_t& evictions) const;
+};
+
+// One layer's blocks of one sequence.
+struct LayerTable {
+  int32_t sink = -1;           // device block holding the sink tokens
+  std::deque<int32_t> window;  // device blocks, oldest first; the last may be partial
+  int32_t window_tokens = 0;
+  std::vector<int32_t> host;  // host blocks, oldest first; all full except with window 0
+  int32_t host_tokens = 0;
+};
+
+}  // namespace tandem

@@ -1,0 +1,274 @@
+// One layer of the hybrid store's batch step: the host submission, the device partials, the
+// merge and the stores (kvstore/hybrid_runner.h).
+#include <algorithm>
+#include <limits>
+
+#include "kvstore/hybrid_runner.h"
+#include "kvstore/selection.h"
+
+namespace tandem {
+
+void HybridRunner::submit(Backend& be, int32_t layer, const TensorView& q, int64_t row0,
+                          const float* qh) {
+  Slot& slot = slots_[static_cast<size_t>(layer)];
+  const KvShape& sh = sh_.shape;
+  const int32_t G = sh.n_head_q / sh.n_head_kv, d = sh.head_dim, hkv = sh.n_head_kv;
+  const int64_t qd = int64_t{sh.n_head_q} * d;
+  TANDEM_CHECK(qh != nullptr || sh_.cfg.sparse != SparsePolicy::kTopk,
+               "topk selection needs the query");
+  // The layer's buffers are reused step after step: written (by the host here, by the
+  // backend's copy, by the workers once the query has landed) only after the merge of the
+  // layer's previous batch ran. On a device backend the host read the previous step's results
+  // back after its merges; within a step each layer is submitted once.
+  const uint32_t seq = ++slot.submitted;
+  float* qbuf = layer_q(layer);
+  const AttnPartial part = layer_partial(layer, rows_);
+  HostAttnStart start;
+  if (qh != nullptr) {
+    for (const Seq& s : seqs_)
+      if (host_async(s, layer)) std::copy_n(qh + (s.row0 - row0) * qd, qd, qbuf + s.row0 * qd);
+  } else {
+    // One copy of the rows for every sequence, then the flag that starts the batch.
+    const int64_t n = q.dim(0);
+    be.copy(q.reshape({n, sh.n_head_q, d}),
+            TensorView(qbuf + row0 * qd, DType::kF32, {n, sh.n_head_q, d}, queries_.view().memory));
+    const TensorView qf = query_flag(layer);
+    be.raise_host_flag(qf, seq);
+    start = HostAttnStart{static_cast<const uint32_t*>(qf.data), seq};
+  }
+  float* lse = part.lse.as<float>();
+  float* o = part.o.as<float>();
+  std::vector<HostAttnItem> items;
+  size_t item = 0;
+  for (size_t i = 0; i < seqs_.size(); ++i) {
+    const Seq& s = seqs_[i];
+    if (!host_async(s, layer)) {
+      // Rows without host work hold the empty partial: the merge leaves them alone.
+      std::fill_n(lse + s.row0 * sh.n_head_q, int64_t{s.n} * sh.n_head_q, kNegInf);
+      continue;
+    }
+    const LayerTable& t = s.kv->table(layer);
+    const float threshold =
+        sh_.cfg.hgca_beta / static_cast<float>(std::max(1, s.kv->device_tokens(layer)));
+    HostStats& st = s.kv->stats();
+    LayerSpans& spans = plan_.seqs[i].layers[static_cast<size_t>(layer)];
+    for (int32_t g = 0; g < hkv; ++g, ++item) {
+      if (slot.refs.size() <= item) slot.refs.resize(item + 1), slot.idx.resize(item + 1);
+      auto& refs = slot.refs[item];
+      auto& idx = slot.idx[item];
+      refs.clear();
+      idx.clear();
+      const HostHead head{t, sh_.blocks, g};
+      const float* qg = qbuf + s.row0 * qd + int64_t{g} * G * d;
+      int64_t rows = 0;
+      switch (sh_.cfg.sparse) {
+        case SparsePolicy::kFull:
+          rows = select_full(head, refs);
+          break;
+        case SparsePolicy::kTopk:
+          // The host's own copy of the query: the buffer may still be in flight from the device.
+          rows = select_topk(head, qh + (s.row0 - row0) * qd + int64_t{g} * G * d, G,
+                             sh_.cfg.topk_blocks, refs);
+          break;
+        case SparsePolicy::kHgca:
+          rows = select_hgca(head, threshold, refs, idx);
+          break;
+      }
+      st.host_entries += t.host_tokens;
+      st.attended += rows;
+      spans.selected[static_cast<size_t>(g)] = rows;
+      items.push_back(HostAttnItem{qg, G, o + s.row0 * qd + int64_t{g} * G * d,
+                                   lse + s.row0 * sh.n_head_q + int64_t{g} * G, refs});
+    }
+    ++st.decode_layers;
+  }
+  // Rows of the batch no sequence covers (none today) stay empty too.
+  // The workers raise the partial's flag when they are done (NaN partial if they failed).
+  slot.ticket = sh_.host_attn.submit(
+      std::move(items), [flag = partial_flag(layer), seq] { publish_host_flag(flag, seq); }, start);
+}
+
+void HybridRunner::device_partials(Backend& be, int32_t layer, const TensorView& q,
+                                   const TensorView& k, const TensorView& v,
+                                   const TensorView& q_pos, const AttnPartial& out) {
+  const BlockAccess& bk = sh_.blocks;
+  const float scale = sh_.shape.scale;
+  const int64_t es = dtype_size(bk.layout.dtype);
+  TANDEM_CHECK(!bk.device.growable() && bk.device.block_bytes() % es == 0,
+               "paged device window needs one fixed chunk of whole elements");
+  for (size_t i = 0; i < seqs_.size(); ++i) {
+    const Seq& s = seqs_[i];
+    const LayerSpans& ls = plan_.seqs[i].layers[static_cast<size_t>(layer)];
+    const int64_t r = s.row0, e = s.row0 + s.n;
+    const TensorView qs = q.slice(r, e), ps = q_pos.slice(r, e);
+    const AttnPartial o{out.o.slice(r, e), out.lse.slice(r, e)};
+    bool first = true;
+    // Segments of one sequence, merged in order: the first writes out, later ones merge in.
+    auto segment = [&](auto&& run) {
+      const AttnPartial dst = first ? o : scratch(s.n);
+      run(dst);
+      if (!first) be.merge(o, dst);
+      first = false;
+    };
+    // Every stored device token precedes every new query, so k_pos0 = 0 leaves them all visible.
+    if (ls.sink_rows > 0)
+      segment([&](const AttnPartial& dst) {
+        be.attention(qs, bk.dev_k(ls.sink, ls.sink_rows), bk.dev_v(ls.sink, ls.sink_rows), ps, 0,
+                     scale, dst);
+      });
+    if (!ls.window.empty()) {
+      // The window's blocks in one paged call: the device pool is one chunk, so block id starts
+      // id * block_bytes after block 0.
+      page_offsets_.clear();
+      for (int32_t id : ls.window) page_offsets_.push_back(id * (bk.device.block_bytes() / es));
+      const KvPages pages{page_offsets_.data(), static_cast<int64_t>(page_offsets_.size()),
+                          sh_.geo.block};
+      segment([&](const AttnPartial& dst) {
+        be.attention_paged(qs, bk.dev_k(0, ls.window_tokens), bk.dev_v(0, ls.window_tokens), pages,
+                           ps, 0, scale, dst);
+      });
+    }
+    // The step's own tokens, causal.
+    segment([&](const AttnPartial& dst) {
+      be.attention(qs, k.slice(r, e), v.slice(r, e), ps, s.kv->length(), scale, dst);
+    });
+  }
+}
+
+void HybridRunner::host_partial_dense(Backend& be, const Seq& s, int32_t layer, const TensorView& q,
+                                      const TensorView& q_pos, const AttnPartial& out) {
+  const LayerTable& l = s.kv->table(layer);
+  const BlockAccess& bk = sh_.blocks;
+  const int64_t b = sh_.geo.block, d = sh_.shape.head_dim, hkv = sh_.shape.n_head_kv;
+  const int64_t es = dtype_size(bk.layout.dtype), elems = hkv * b * d;  // one block's K (or V)
+  const int64_t nb = static_cast<int64_t>(l.host.size());
+  // Host blocks are [head][token][channel]: view them as [token, head, channel] by strides, the
+  // pages at their own addresses (host-accessible backend) or uploaded one after the other into
+  // the staging span (device backend); then all host entries in one paged call.
+  TensorView kv(bk.host_k(l.host[0]), bk.layout.dtype, {l.host_tokens, hkv, d}, bk.host.memory());
+  kv.stride = {d, b * d, 1, 0};
+  TensorView vv = kv;
+  vv.data = bk.host_v(l.host[0]);
+  page_offsets_.resize(static_cast<size_t>(nb));
+  if (be.host_accessible()) {
+    for (int64_t j = 0; j < nb; ++j) {
+      const int64_t bytes = bk.host_k(l.host[static_cast<size_t>(j)]) - bk.host_k(l.host[0]);
+      TANDEM_CHECK(bytes % es == 0, "host blocks not element-aligned");
+      page_offsets_[static_cast<size_t>(j)] = bytes / es;
+    }
+  } else {
+    HostSpanStaging& st = sh_.staging;
+    if (st.elems < nb * elems) {
+      const int64_t cap = std::max(nb * elems, st.elems * 3 / 2);
+      st.k = BackendBuffer();  // free the old span before taking the new one
+      st.v = BackendBuffer();
+      st.elems = 0;
+      st.k = BackendBuffer(sh_.backend, bk.layout.dtype, {cap});
+      st.v = BackendBuffer(sh_.backend, bk.layout.dtype, {cap});
+      st.elems = cap;
+    }
+    for (int64_t j = 0; j < nb; ++j) {
+      const int32_t id = l.host[static_cast<size_t>(j)];
+      be.upload(TensorView(bk.host_k(id), bk.layout.dtype, {elems}),
+                st.k.view().slice(j * elems, (j + 1) * elems));
+      be.upload(TensorView(bk.host_v(id), bk.layout.dtype, {elems}),
+                st.v.view().slice(j * elems, (j + 1) * elems));
+      page_offsets_[static_cast<size_t>(j)] = j * elems;
+    }
+    kv.data = st.k.view().data;
+    vv.data = st.v.view().data;
+    kv.memory = vv.memory = st.k.view().memory;
+  }
+  const KvPages pages{page_offsets_.data(), nb, sh_.geo.block};
+  const AttnPartial part = scratch(q.dim(0));  // out already holds the device partial
+  be.attention_paged(q, kv, vv, pages, q_pos, 0, sh_.shape.scale, part);
+  be.merge(out, part);
+}
+
+void HybridRunner::merge_host(Backend& be, int32_t layer, const AttnPartial& out) {
+  Slot& slot = slots_[static_cast<size_t>(layer)];
+  const HostAttention::Ticket t = *slot.ticket;
+  slot.ticket.reset();
+  // A device backend queues the wait for the partial's flag and returns; a backend that runs
+  // ops on this thread waits for the batch here, helping its workers.
+  bool waited = false;
+  be.wait_host_flag(partial_flag(layer), slot.submitted, [&] {
+    waited = true;
+    sh_.host_attn.wait(t);
+  });
+  if (!waited) slot.merged = t;
+  // One merge for the batch, reading the partials in place (allocate_host memory: pinned and
+  // mapped on a GPU); rows without host work are empty partials.
+  be.merge(out, layer_partial(layer, rows_));
+}
+
+void HybridRunner::attend(Backend& be, int32_t layer, const TensorView& q, const TensorView& k,
+                          const TensorView& v, const TensorView& q_pos, const AttnPartial& out) {
+  TANDEM_CHECK(active_ && layer >= 0 && layer < sh_.shape.n_layer && q.dim(0) == rows_,
+               "attend of layer ", layer, " outside a step of ", rows_, " rows");
+  Slot& slot = slots_[static_cast<size_t>(layer)];
+  // ahead-oracle: the ahead path (a prefetch, the query handed over before the layer) fed the
+  // true query, so that it must equal parallel bit for bit.
+  if (oracle_ && !slot.ticket) prefetch(be, layer, q, 0);
+  const KvShape& sh = sh_.shape;
+  const int64_t qd = int64_t{sh.n_head_q} * sh.head_dim, row = sh_.blocks.row_elems();
+  // Only hgca reads MAW values: under full and topk the MAW update of the device tokens (a q.k
+  // and an exp per device token and query head, every decode step) and the prompt observation
+  // are skipped, and stored tokens get MAW 0.
+  const bool maw = sh_.cfg.sparse == SparsePolicy::kHgca;
+  bool any_async = false, any_decode = false, any_observe = false;
+  for (const Seq& s : seqs_) {
+    any_async |= host_async(s, layer);
+    any_decode |= s.decode;
+    any_observe |= !s.decode && s.observe;
+  }
+  // The host reads q (host attention, MAW, observation), the new k and v where the row strategy
+  // writes through the host (or rows go straight to host blocks), and the device lse (MAW): in
+  // place on a host-accessible backend, else downloaded, once for the batch. Parallel mode (and
+  // layer 0 of ahead mode) submit the host part now, before the device part.
+  const bool submit_now = any_async && !slot.ticket;
+  const bool need_q =
+      (submit_now && (sh_.cfg.sparse == SparsePolicy::kTopk || be.host_accessible())) ||
+      (maw && (any_decode || any_observe));
+  const float* qh = need_q ? host_readable(be, q, q_stage_) : nullptr;
+  if (submit_now) submit(be, layer, q, 0, qh);
+
+  device_partials(be, layer, q, k, v, q_pos, out);
+  const bool rows_on_host = sh_.rows.reads_host_rows() || sh_.geo.window == 0;
+  const float* kh = rows_on_host ? host_readable(be, k, k_stage_) : nullptr;
+  const float* vh = rows_on_host ? host_readable(be, v, v_stage_) : nullptr;
+  new_maw_.assign(seqs_.size() * static_cast<size_t>(sh.n_head_kv), 0.0f);
+  if (maw && any_decode) {
+    // The device partial's lse, before the host part is merged in.
+    const float* lse = host_readable(be, out.lse, lse_stage_);
+    for (size_t i = 0; i < seqs_.size(); ++i) {
+      const Seq& s = seqs_[i];
+      if (!s.decode) continue;
+      s.kv->update_maw(layer, qh + s.row0 * qd, lse + s.row0 * sh.n_head_q, kh + s.row0 * row,
+                       new_maw_.data() + i * static_cast<size_t>(sh.n_head_kv));
+    }
+  }
+  if (slot.ticket) merge_host(be, layer, out);
+  for (const Seq& s : seqs_)  // prefill: exact under every policy
+    if (!s.decode && s.kv->table(layer).host_tokens > 0) {
+      const int64_t r = s.row0, e = s.row0 + s.n;
+      host_partial_dense(be, s, layer, q.slice(r, e), q_pos.slice(r, e),
+                         AttnPartial{out.o.slice(r, e), out.lse.slice(r, e)});
+    }
+  const RowSource src{kh, vh, k, v};
+  for (size_t i = 0; i < seqs_.size(); ++i) {
+    const Seq& s = seqs_[i];
+    s.kv->store(
+        layer, src, s.row0, s.n,
+        s.decode && maw ? new_maw_.data() + i * static_cast<size_t>(sh.n_head_kv) : nullptr);
+  }
+  sh_.rows.flush();
+  if (maw && any_observe) {
+    const float* lse = host_readable(be, out.lse, lse_stage_);
+    for (const Seq& s : seqs_)
+      if (!s.decode && s.observe)
+        s.kv->observe_prompt(layer, qh + s.row0 * qd, lse + s.row0 * sh.n_head_q, s.n);
+  }
+}
+
+}  // namespace tandem

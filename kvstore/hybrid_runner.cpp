@@ -1,0 +1,219 @@
+// HybridRunner: plan, commit and the per-layer batch of the hybrid store (kvstore/hybrid_runner.h).
+#include "kvstore/hybrid_runner.h"
+
+#include <algorithm>
+#include <limits>
+
+namespace tandem {
+
+// The KvStep handle of a runner's step; a step dropped before finish (an error) is aborted.
+class HybridStep final : public KvStep {
+ public:
+  explicit HybridStep(HybridRunner& r) : r_(r) {}
+  ~HybridStep() override {
+    if (r_.in_step()) r_.abort();
+  }
+  int64_t ahead_lo() const override { return r_.ahead_lo_; }
+  int64_t ahead_hi() const override { return r_.ahead_hi_; }
+  void prefetch(Backend& be, int32_t layer, const TensorView& q, int64_t row0) override {
+    r_.prefetch(be, layer, q, row0);
+  }
+  void attend(Backend& be, int32_t layer, const TensorView& q, const TensorView& k,
+              const TensorView& v, const TensorView& q_pos, const AttnPartial& out) override {
+    r_.attend(be, layer, q, k, v, q_pos, out);
+  }
+  void finish() override { r_.finish(); }
+
+ private:
+  HybridRunner& r_;
+};
+
+StepPlan plan_hybrid(const HybridShared& shared, int64_t device_free,
+                     std::span<const PlanRequest> batch) {
+  StepPlan p;
+  p.device_free = device_free;
+  const int64_t layers = shared.shape.n_layer;
+  for (const PlanRequest& r : batch) {
+    SequencePlan s;
+    s.request = r;
+    TierDelta dev, host;
+    shared.geo.growth(r.kv != nullptr ? r.kv->length() : 0, r.tokens, dev, host, s.evictions);
+    s.device = {dev.alloc * layers, dev.freed * layers};
+    s.host = {host.alloc * layers, host.freed * layers};
+    p.device.alloc += s.device.alloc;
+    p.device.freed += s.device.freed;
+    p.host.alloc += s.host.alloc;
+    p.seqs.push_back(std::move(s));
+  }
+  return p;
+}
+
+HybridRunner::HybridRunner(HybridShared& shared)
+    : sh_(shared), slots_(static_cast<size_t>(shared.shape.n_layer)) {
+  flags_ = BackendBuffer::host(sh_.backend, DType::kI32, {2, sh_.shape.n_layer});
+  std::fill_n(flags_.as<int32_t>(), 2 * sh_.shape.n_layer, 0);
+}
+
+HybridRunner::~HybridRunner() {
+  for (Slot& s : slots_)
+    for (const auto& t : {s.ticket, s.merged}) {
+      if (!t) continue;
+      try {
+        sh_.host_attn.cancel(*t);
+        sh_.host_attn.wait(*t);
+      } catch (...) {  // going away; the partial is not needed
+      }
+    }
+}
+
+void HybridRunner::reap() {
+  for (Slot& s : slots_) {
+    if (!s.merged) continue;
+    const HostAttention::Ticket t = *s.merged;
+    s.merged.reset();
+    sh_.host_attn.wait(t);
+  }
+}
+
+std::unique_ptr<KvStep> HybridRunner::begin(std::span<const StepRows> rows) {
+  TANDEM_CHECK(!active_, "a step of this KV store is already running");
+  reap();
+  start(rows);
+  return std::make_unique<HybridStep>(*this);
+}
+
+void HybridRunner::start(std::span<const StepRows> rows) {
+  // Plan and check everything before the first change.
+  std::vector<PlanRequest> req;
+  seqs_.clear();
+  rows_ = 0;
+  for (const StepRows& r : rows) {
+    TANDEM_CHECK(r.kv->step_runner() == this, "a sequence of another store");
+    auto* kv = static_cast<HybridKv*>(r.kv);  // this runner's sequences are all HybridKv
+    TANDEM_REQUIRE(kv->length() + r.n <= kv->capacity(), kInvalidArgument, "sequence of ",
+                   kv->length() + r.n, " tokens exceeds its KV capacity of ", kv->capacity());
+    for (const Seq& s : seqs_) TANDEM_CHECK(s.kv != kv, "a sequence twice in one step");
+    seqs_.push_back(Seq{kv, r.row0, r.n, r.decode && r.n == 1, r.observe});
+    req.push_back(PlanRequest{kv, r.n, r.decode, r.observe});
+    rows_ = std::max(rows_, r.row0 + r.n);
+  }
+  plan_ = plan_hybrid(sh_, sh_.blocks.device.free_blocks(), req);
+  TANDEM_REQUIRE(plan_.fits(), kOutOfMemory, "device KV pool exhausted: the step needs ",
+                 plan_.device.net(), " blocks, ", plan_.device_free, " are free");
+  // What each (sequence, layer) attends, as of the start of the step.
+  for (size_t i = 0; i < seqs_.size(); ++i) {
+    SequencePlan& sp = plan_.seqs[i];
+    const HybridKv& kv = *seqs_[i].kv;
+    sp.layers.resize(static_cast<size_t>(sh_.shape.n_layer));
+    for (int32_t l = 0; l < sh_.shape.n_layer; ++l) {
+      const LayerTable& t = kv.table(l);
+      LayerSpans& ls = sp.layers[static_cast<size_t>(l)];
+      ls.sink = t.sink;
+      ls.sink_rows = std::min(kv.length(), sh_.geo.sinks);
+      ls.window.assign(t.window.begin(), t.window.end());
+      ls.window_tokens = t.window_tokens;
+      ls.host = t.host;
+      ls.host_tokens = t.host_tokens;
+      ls.selected.assign(static_cast<size_t>(sh_.shape.n_head_kv), 0);
+    }
+  }
+  ensure_rows(rows_);
+  ahead_lo_ = rows_;
+  ahead_hi_ = 0;
+  oracle_ = sh_.cfg.cpu_attn == CpuAttnMode::kAheadOracle;
+  if (sh_.cfg.cpu_attn != CpuAttnMode::kParallel)
+    for (const Seq& s : seqs_)
+      if (s.decode) {
+        ahead_lo_ = std::min(ahead_lo_, s.row0);
+        ahead_hi_ = std::max(ahead_hi_, s.row0 + s.n);
+      }
+  if (oracle_) ahead_lo_ = rows_, ahead_hi_ = 0;  // the oracle prefetches the true query itself
+  active_ = true;
+}
+
+void HybridRunner::finish() {
+  TANDEM_CHECK(active_, "finish without a step");
+  for (const Slot& s : slots_) TANDEM_CHECK(!s.ticket, "host work left in flight");
+  for (const Seq& s : seqs_) s.kv->advance(s.n);
+  active_ = false;
+}
+
+void HybridRunner::abort() noexcept {
+  for (Slot& s : slots_) {
+    if (!s.ticket) continue;
+    const HostAttention::Ticket t = *s.ticket;
+    s.ticket.reset();
+    try {
+      // A batch whose query the device has not delivered (the step failed half way) may never
+      // start: finished without running, its flag raised for a device that waits.
+      sh_.host_attn.cancel(t);
+      sh_.host_attn.wait(t);
+    } catch (...) {  // the step failed already; its partials are not needed
+    }
+  }
+  active_ = false;
+}
+
+bool HybridRunner::host_async(const Seq& s, int32_t layer) const {
+  return s.decode && s.kv->table(layer).host_tokens > 0;
+}
+
+void HybridRunner::ensure_rows(int64_t rows) {
+  if (rows <= cap_rows_) return;
+  // Only between steps, with every host batch reaped: nothing reads the old buffers.
+  const int64_t cap = std::max(rows, cap_rows_ * 3 / 2);
+  const int64_t qd = int64_t{sh_.shape.n_head_q} * sh_.shape.head_dim;
+  const int64_t part = qd + sh_.shape.n_head_q;
+  queries_ = BackendBuffer();
+  partials_ = BackendBuffer();
+  queries_ = BackendBuffer::host(sh_.backend, DType::kF32, {sh_.shape.n_layer, cap * qd});
+  partials_ = BackendBuffer::host(sh_.backend, DType::kF32, {sh_.shape.n_layer, cap * part});
+  cap_rows_ = cap;
+}
+
+float* HybridRunner::layer_q(int32_t layer) const {
+  return queries_.as<float>() +
+         int64_t{layer} * cap_rows_ * int64_t{sh_.shape.n_head_q} * sh_.shape.head_dim;
+}
+
+AttnPartial HybridRunner::layer_partial(int32_t layer, int64_t rows) const {
+  const int64_t hq = sh_.shape.n_head_q, d = sh_.shape.head_dim;
+  float* o = partials_.as<float>() + int64_t{layer} * cap_rows_ * hq * (d + 1);
+  float* lse = o + cap_rows_ * hq * d;
+  const MemoryKind mem = partials_.view().memory;
+  return AttnPartial{TensorView(o, DType::kF32, {rows, hq, d}, mem),
+                     TensorView(lse, DType::kF32, {rows, hq}, mem)};
+}
+
+TensorView HybridRunner::query_flag(int32_t layer) const {
+  return TensorView(flags_.as<int32_t>() + layer, DType::kI32, {1}, flags_.view().memory);
+}
+
+TensorView HybridRunner::partial_flag(int32_t layer) const {
+  return TensorView(flags_.as<int32_t>() + sh_.shape.n_layer + layer, DType::kI32, {1},
+                    flags_.view().memory);
+}
+
+AttnPartial HybridRunner::scratch(int64_t n) {
+  if (n > tmp_rows_) {
+    tmp_o_ = BackendBuffer(sh_.backend, DType::kF32, {n, sh_.shape.n_head_q, sh_.shape.head_dim});
+    tmp_lse_ = BackendBuffer(sh_.backend, DType::kF32, {n, sh_.shape.n_head_q});
+    tmp_rows_ = n;
+  }
+  return AttnPartial{tmp_o_.view().slice(0, n), tmp_lse_.view().slice(0, n)};
+}
+
+void HybridRunner::prefetch(Backend& be, int32_t layer, const TensorView& q, int64_t row0) {
+  TANDEM_CHECK(active_ && layer >= 0 && layer < sh_.shape.n_layer, "prefetch of layer ", layer);
+  TANDEM_CHECK(!slots_[static_cast<size_t>(layer)].ticket, "prefetch of layer ", layer,
+               " while one is in flight");
+  bool any = false;
+  for (const Seq& s : seqs_) any |= host_async(s, layer);
+  if (!any) return;
+  // The host reads the query only where the selection needs it (or reading it costs nothing);
+  // otherwise the backend hands it to the workers, and this thread goes on.
+  const bool read = sh_.cfg.sparse == SparsePolicy::kTopk || be.host_accessible();
+  submit(be, layer, q, row0, read ? host_readable(be, q, q_stage_) : nullptr);
+}
+
+}  // namespace tandem

@@ -1,0 +1,106 @@
+// HybridRunner: the hybrid store's step for a whole batch (kvstore/kv_step.h). Per layer:
+//   1. one host-attention submission for every decode sequence with host tokens (items over
+//      sequences x KV heads), issued before the batch's device attention — in `ahead` mode during
+//      the layer before, with the predicted query;
+//   2. one device attention over every sequence's sinks, window pages and own new tokens;
+//   3. hgca's MAW update, then one wait for the host partials (on a device backend a wait queued
+//      on the device, on the flag the workers raise) and one merge over the batch's rows;
+//   4. exact prefill chunks attend their host blocks (every policy is exact there);
+//   5. the new rows are stored (one flush of the row strategy for the layer).
+//
+// The host partials and the queries the workers read live in allocate_host memory laid out by
+// batch row, [n_layer][rows][...], so a device's merge reads them in place and one copy hands
+// the workers a layer's queries; rows without host work hold the empty partial (lse -inf),
+// which the merge leaves alone. The flags of kernels/backend.h order the device with the
+// workers: the query flag (raised by the device after its copy of the queries) starts the
+// batch, the partial flag (raised by the workers) releases the merge.
+#pragma once
+
+#include <optional>
+#include <vector>
+
+#include "kvstore/hybrid_kv.h"
+#include "kvstore/kv_step.h"
+#include "kvstore/step_plan.h"
+
+namespace tandem {
+
+// The plan of a candidate batch under a hybrid store's geometry (KvPlanner::plan).
+StepPlan plan_hybrid(const HybridShared& shared, int64_t device_free,
+                     std::span<const PlanRequest> batch);
+
+class HybridRunner final : public KvStepRunner {
+ public:
+  explicit HybridRunner(HybridShared& shared);
+  ~HybridRunner() override;
+
+  std::unique_ptr<KvStep> begin(std::span<const StepRows> rows) override;
+  // Frees the tickets of host batches merged on a device in earlier steps (done by then: the
+  // host read that step's results back after the merges), reporting an error one of them raised.
+  void reap();
+  bool in_step() const { return active_; }
+  // The plan of the step in flight (valid between begin and finish).
+  const StepPlan& plan() const { return plan_; }
+
+ private:
+  friend class HybridStep;
+  struct Seq {
+    HybridKv* kv;
+    int64_t row0;
+    int32_t n;
+    bool decode, observe;
+  };
+  struct Slot {                                   // one layer's host work
+    std::optional<HostAttention::Ticket> ticket;  // submitted this step, merge not queued yet
+    // Merged on a backend that did not wait on the host: reaped at the next step.
+    std::optional<HostAttention::Ticket> merged;
+    uint32_t submitted = 0;                       // batches so far: the values its flags reach
+    std::vector<std::vector<HostBlockRef>> refs;  // per item
+    std::vector<std::vector<int32_t>> idx;        // per item: hgca's selected rows
+  };
+
+  void start(std::span<const StepRows> rows);
+  void finish();
+  void abort() noexcept;  // a step that failed: host work cancelled and waited for
+  // Whether sequence s has host work in a decode step of this layer.
+  bool host_async(const Seq& s, int32_t layer) const;
+  void prefetch(Backend& be, int32_t layer, const TensorView& q, int64_t row0);
+  void attend(Backend& be, int32_t layer, const TensorView& q, const TensorView& k,
+              const TensorView& v, const TensorView& q_pos, const AttnPartial& out);
+  // The host part of a decode step of `layer` for every sequence that has one: q holds rows
+  // [row0, row0 + q.dim(0)) of the batch (backend memory); qh the same rows on the host, or null
+  // to have the backend hand them to the workers.
+  void submit(Backend& be, int32_t layer, const TensorView& q, int64_t row0, const float* qh);
+  // Every sequence's device partial (sinks, window pages, own tokens) into out.
+  void device_partials(Backend& be, int32_t layer, const TensorView& q, const TensorView& k,
+                       const TensorView& v, const TensorView& q_pos, const AttnPartial& out);
+  // out (rows of one prefill chunk) merged with attention over all its host entries (exact).
+  void host_partial_dense(Backend& be, const Seq& s, int32_t layer, const TensorView& q,
+                          const TensorView& q_pos, const AttnPartial& out);
+  void merge_host(Backend& be, int32_t layer, const AttnPartial& out);
+  // allocate_host views of a layer: queries [rows, Hq, d], partial o [rows, Hq, d], lse [rows, Hq].
+  float* layer_q(int32_t layer) const;
+  AttnPartial layer_partial(int32_t layer, int64_t rows) const;
+  TensorView query_flag(int32_t layer) const;
+  TensorView partial_flag(int32_t layer) const;
+  void ensure_rows(int64_t rows);
+  AttnPartial scratch(int64_t n);
+
+  HybridShared& sh_;
+  std::vector<Slot> slots_;
+  bool active_ = false;
+  StepPlan plan_;
+  std::vector<Seq> seqs_;
+  int64_t rows_ = 0;                     // rows of the step
+  int64_t ahead_lo_ = 0, ahead_hi_ = 0;  // rows that want a query of the next layer
+  bool oracle_ = false;
+  int64_t cap_rows_ = 0;              // rows the host buffers hold per layer
+  BackendBuffer queries_, partials_;  // allocate_host
+  BackendBuffer flags_;               // i32 [2, n_layer]: per layer the query's, the partial's
+  BackendBuffer tmp_o_, tmp_lse_;     // one span's partial (backend memory)
+  int64_t tmp_rows_ = 0;
+  std::vector<float> q_stage_, k_stage_, v_stage_, lse_stage_, new_maw_;
+  std::vector<int64_t> page_offsets_;
+};
+
+}  // namespace tandem

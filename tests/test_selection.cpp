@@ -1,0 +1,145 @@
+// The selection policies of the hybrid store (kvstore/selection.h) against brute-force
+// references over the same host blocks: full takes every entry, topk the k blocks of largest
+// Quest bound (which bounds every q.k of its block), hgca every entry above the threshold.
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <limits>
+#include <random>
+
+#include "kvstore/block_access.h"
+#include "kvstore/selection.h"
+
+using namespace tandem;
+
+namespace {
+
+struct HostBlocksFixture {
+  static constexpr int32_t kBlock = 8, kHkv = 2, kD = 16, kG = 3;
+  BlockLayout layout{kBlock, kHkv, kD, DType::kF32};
+  BlockPool device{layout.dev_bytes(), 4, false, MemoryKind::kHost};
+  BlockPool host{layout.host_bytes(), 4, true, MemoryKind::kHost};
+  BlockAccess blocks{device, host, layout};
+  LayerTable table;
+  std::mt19937 rng{3};
+
+  // `tokens` host tokens in blocks of kBlock, random keys, values and MAW, digests as the store
+  // keeps them.
+  explicit HostBlocksFixture(int32_t tokens) {
+    std::normal_distribution<float> nd;
+    std::uniform_real_distribution<float> ud(0, 0.2f);
+    for (int32_t t = 0; t < tokens; ++t) {
+      if (t % kBlock == 0) {
+        const int32_t id = host.alloc();
+        std::fill_n(blocks.host_kmin(id), kHkv * kD, std::numeric_limits<float>::infinity());
+        std::fill_n(blocks.host_kmax(id), kHkv * kD, -std::numeric_limits<float>::infinity());
+        table.host.push_back(id);
+      }
+      const int32_t id = table.host.back(), slot = t % kBlock;
+      for (int32_t g = 0; g < kHkv; ++g) {
+        float* k = key(id, g, slot);
+        for (int32_t c = 0; c < kD; ++c) k[c] = nd(rng);
+        digest_add(blocks.host_kmin(id) + g * kD, blocks.host_kmax(id) + g * kD, k, kD);
+        blocks.host_maw(id)[g * kBlock + slot] = ud(rng);
+      }
+      ++table.host_tokens;
+    }
+  }
+  float* key(int32_t id, int32_t g, int32_t slot) const {
+    return reinterpret_cast<float*>(blocks.host_k(id)) + (int64_t{g} * kBlock + slot) * kD;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("full selects every host entry in order", "[selection]") {
+  HostBlocksFixture f(29);  // 3 full blocks and a partial one
+  for (int32_t g = 0; g < f.kHkv; ++g) {
+    std::vector<HostBlockRef> refs;
+    CHECK(select_full(HostHead{f.table, f.blocks, g}, refs) == 29);
+    REQUIRE(refs.size() == 4);
+    for (size_t j = 0; j < refs.size(); ++j) {
+      CHECK(refs[j].k == f.key(f.table.host[j], g, 0));
+      CHECK(refs[j].n == (j < 3 ? 8 : 5));
+      CHECK(refs[j].idx == nullptr);
+    }
+  }
+}
+
+TEST_CASE("topk selects the blocks of largest Quest bound, which bounds every score",
+          "[selection]") {
+  HostBlocksFixture f(61);
+  std::normal_distribution<float> nd;
+  for (int trial = 0; trial < 20; ++trial)
+    for (int32_t g = 0; g < f.kHkv; ++g)
+      for (int32_t k : {0, 1, 3, 8, 20}) {
+        std::vector<float> q(f.kG * f.kD);
+        for (float& x : q) x = nd(f.rng);
+        // Brute force: the bound from the raw keys, and the bound property.
+        std::vector<std::pair<float, int32_t>> bounds;
+        for (size_t j = 0; j < f.table.host.size(); ++j) {
+          const int32_t id = f.table.host[j];
+          const int32_t rows = std::min(8, f.table.host_tokens - static_cast<int32_t>(j) * 8);
+          float bound = 0, best = -std::numeric_limits<float>::infinity();
+          for (int32_t h = 0; h < f.kG; ++h)
+            for (int32_t c = 0; c < f.kD; ++c) {
+              float lo = std::numeric_limits<float>::infinity(), hi = -lo;
+              for (int32_t t = 0; t < rows; ++t) {
+                lo = std::min(lo, f.key(id, g, t)[c]);
+                hi = std::max(hi, f.key(id, g, t)[c]);
+              }
+              bound += std::max(q[h * f.kD + c] * lo, q[h * f.kD + c] * hi);
+            }
+          for (int32_t t = 0; t < rows; ++t) {
+            float s = 0;  // summed over the group, as the bound is
+            for (int32_t h = 0; h < f.kG; ++h)
+              for (int32_t c = 0; c < f.kD; ++c) s += q[h * f.kD + c] * f.key(id, g, t)[c];
+            best = std::max(best, s);
+          }
+          CHECK(best <= bound + 1e-4f);
+          bounds.emplace_back(bound, static_cast<int32_t>(j));
+        }
+        std::sort(bounds.begin(), bounds.end(), [](const auto& a, const auto& b) {
+          return a.first > b.first || (a.first == b.first && a.second < b.second);
+        });
+        std::vector<int32_t> want;
+        for (size_t j = 0; j < std::min<size_t>(static_cast<size_t>(k), bounds.size()); ++j)
+          want.push_back(bounds[j].second);
+        std::sort(want.begin(), want.end());
+        std::vector<HostBlockRef> refs;
+        const int64_t rows = select_topk(HostHead{f.table, f.blocks, g}, q.data(), f.kG, k, refs);
+        std::vector<int32_t> got;
+        int64_t want_rows = 0;
+        for (const HostBlockRef& r : refs)
+          for (size_t j = 0; j < f.table.host.size(); ++j)
+            if (r.k == f.key(f.table.host[j], g, 0)) got.push_back(static_cast<int32_t>(j));
+        for (int32_t j : want) want_rows += std::min(8, 61 - j * 8);
+        CHECK(got == want);
+        CHECK(rows == want_rows);
+      }
+}
+
+TEST_CASE("hgca selects exactly the entries above the threshold", "[selection]") {
+  HostBlocksFixture f(45);
+  for (float threshold : {-1.0f, 0.0f, 0.05f, 0.1f, 0.19f, 1.0f})
+    for (int32_t g = 0; g < f.kHkv; ++g) {
+      std::vector<std::pair<int32_t, int32_t>> want;  // (block, row)
+      for (size_t j = 0; j < f.table.host.size(); ++j)
+        for (int32_t t = 0; t < std::min(8, 45 - static_cast<int32_t>(j) * 8); ++t)
+          if (f.blocks.host_maw(f.table.host[j])[g * 8 + t] > threshold)
+            want.emplace_back(static_cast<int32_t>(j), t);
+      std::vector<HostBlockRef> refs;
+      std::vector<int32_t> idx;
+      const int64_t rows = select_hgca(HostHead{f.table, f.blocks, g}, threshold, refs, idx);
+      std::vector<std::pair<int32_t, int32_t>> got;
+      for (const HostBlockRef& r : refs) {
+        REQUIRE(r.idx != nullptr);
+        CHECK(r.n_idx > 0);  // blocks with nothing selected are left out
+        for (size_t j = 0; j < f.table.host.size(); ++j)
+          if (r.k == f.key(f.table.host[j], g, 0))
+            for (int32_t i = 0; i < r.n_idx; ++i)
+              got.emplace_back(static_cast<int32_t>(j), r.idx[i]);
+      }
+      CHECK(got == want);
+      CHECK(rows == static_cast<int64_t>(want.size()));
+    }
+}
