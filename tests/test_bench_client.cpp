@@ -18,7 +18,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
-#include "server/bench_client.h"
+#include "server/tools/bench_client.h"
 
 namespace tandem::test {
 namespace {

@@ -35,7 +35,7 @@
 #include "kernels/cuda/cuda_backend.h"
 #include "kvstore/kv_store.h"
 #include "models/model.h"
-#include "server/device_check.h"
+#include "server/tools/device_check.h"
 #include "tests/kv_test_step.h"
 #include "tests/test_model_runs.h"
 

@@ -150,14 +150,21 @@ TEST_CASE("tandem run reports a bad model in one line and exits non-zero", "[mod
 
 TEST_CASE("tandem CMD --help prints the usage and exits 0", "[cli]") {
   ScratchModel m("llama-tiny");  // only for a scratch folder
-  for (const char* args : {"--help", "serve --help", "run --model x -h", "perplexity --help"}) {
+  // `tandem --help` lists the commands; `tandem CMD --help` (or -h anywhere after it) the
+  // command's options (tests/test_options.cpp checks that they are all there).
+  const std::pair<const char*, const char*> cases[] = {
+      {"--help", "usage: tandem <command>"},
+      {"serve --help", "usage: tandem serve --model DIR"},
+      {"run --model x -h", "usage: tandem run --model DIR --prompt TEXT"},
+      {"perplexity --help", "usage: tandem perplexity --model DIR --file TEXT"}};
+  for (const auto& [args, usage] : cases) {
     const fs::path out = m.dir / "stdout.txt";
     const std::string cmd =
         std::string(TANDEM_TANDEM_BIN) + " " + args + " > " + out.string() + " 2>/dev/null";
     const int status = std::system(cmd.c_str());
     REQUIRE(WIFEXITED(status));
     CHECK(WEXITSTATUS(status) == 0);
-    CHECK_THAT(m.read("stdout.txt"), Catch::StartsWith("usage: tandem <command>"));
+    CHECK_THAT(m.read("stdout.txt"), Catch::StartsWith(usage));
   }
 }
 

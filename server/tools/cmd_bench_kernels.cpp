@@ -20,8 +20,7 @@
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_memory.h"
 #include "kernels/dtype.h"
-#include "server/cli.h"
-#include "server/commands.h"
+#include "server/tools/commands.h"
 
 namespace tandem {
 namespace {
@@ -176,11 +175,10 @@ void bench_attention(Backend& gpu, Backend& cpu, int64_t n, int64_t hq, int64_t 
 
 }  // namespace
 
-int cmd_bench_kernels(const std::vector<std::string>& args) {
-  const Flags flags(args, {"iters", "reps", "copy-mb"}, {});
-  const int64_t iters = flags.integer("iters", 50, 1, 100000);
-  const int64_t reps = flags.integer("reps", 5, 1, 1000);
-  const int64_t copy_mb = flags.integer("copy-mb", 1024, 16, 65536);
+int cmd_bench_kernels(const Options& o) {
+  const int64_t iters = o.integer("iters");
+  const int64_t reps = o.integer("reps");
+  const int64_t copy_mb = o.integer("copy-mb");
   const CudaDeviceInfo info = cuda_device_info();
   TANDEM_REQUIRE(info.count > 0, kUnsupported,
                  "bench-kernels needs a CUDA device; none is visible");

@@ -1,58 +1,31 @@
-// Developer subcommands: `tandem bench-decode` (prefill and decode speed of the forward pass at
-// several batch sizes and context depths, dense or hybrid KV, JSON out) and `tandem make-model`
-// (random-weight checkpoints).
+// `tandem bench-decode`: prefill and decode speed of the forward pass at several batch sizes and
+// context depths, dense or hybrid KV, one JSON line per (batch, depth). Not a test.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <nlohmann/json.hpp>
-#include <sstream>
+#include <string>
 #include <tuple>
 #include <utility>
 
-#include "engine/sampler.h"
 #include "kernels/cpu/membw.h"
 #include "kernels/cuda/emulator.h"
 #include "kvstore/kv_store.h"
 #include "models/model.h"
-#include "models/random_model.h"
-#include "server/cli.h"
-#include "server/commands.h"
-#include "server/device_check.h"
-#include "server/kv_flags.h"
+#include "server/options.h"
+#include "server/tools/commands.h"
+#include "server/tools/device_check.h"
+#include "server/tools/kv_options.h"
 
 namespace tandem {
 namespace {
 
-std::vector<int64_t> parse_list(const std::string& s) {
+// --batch: sizes, or "max" (returned as 0): the largest batch whose KV fits.
+std::vector<int64_t> batches_of(const Options& o) {
   std::vector<int64_t> out;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    try {
-      out.push_back(std::stoll(item));
-    } catch (...) {
-      TANDEM_FAIL(kInvalidArgument, "bad list element \"", item, "\"");
-    }
-    TANDEM_REQUIRE(out.back() > 0, kInvalidArgument, "list elements must be positive");
-  }
-  return out;
-}
-
-// --batch: positive sizes, or "max" (returned as 0): the largest batch whose KV fits.
-std::vector<int64_t> parse_batches(const std::string& s) {
-  std::vector<int64_t> out;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    if (item == "max") {
-      out.push_back(0);
-      continue;
-    }
-    const std::vector<int64_t> one = parse_list(item);
-    out.insert(out.end(), one.begin(), one.end());
-  }
-  TANDEM_REQUIRE(!out.empty(), kInvalidArgument, "--batch is empty");
+  for (const std::string& item : o.list("batch"))
+    out.push_back(item == "max" ? 0 : std::stoll(item));  // checked by the option table
   return out;
 }
 
@@ -109,13 +82,6 @@ std::pair<int64_t, std::string> max_batch(const Backend& backend, const KvFootpr
   return {std::max<int64_t>(0, static_cast<int64_t>(fit)), limit};
 }
 
-DType parse_dtype(const std::string& s) {
-  if (s == "f32") return DType::kF32;
-  if (s == "bf16") return DType::kBF16;
-  if (s == "f16") return DType::kF16;
-  TANDEM_FAIL(kInvalidArgument, "--dtype must be f32, bf16 or f16");
-}
-
 }  // namespace
 
 // The SIMT emulator's counters of the timed decode steps, per step (kernels/cuda/emulator.h);
@@ -151,35 +117,26 @@ static nlohmann::json emulator_json(const CudaEmulatorCounters& c, double steps)
           {"kernels_per_step", kernels}};
 }
 
-int cmd_bench_decode(const std::vector<std::string>& args) {
+int cmd_bench_decode(const Options& f) {
   using Clock = std::chrono::steady_clock;
-  std::set<std::string> values = {"model",   "batch",       "prompt-len", "gen",
-                                  "threads", "bw-bytes",    "depth",      "chunk",
-                                  "fill",    "window-frac", "reserve-gib"};
-  values.insert(kv_value_flags().begin(), kv_value_flags().end());
-  const Flags f(args, values, kv_bool_flags());
-  const ThreadLimit limit(f.integer("threads", 0, 0, 4096));
-  // Without kv flags the cache is the dense one (the forward pass alone); any kv flag selects
-  // the store those flags describe, as `serve` would build it.
-  bool any_kv = f.flag("dense") || f.has("window-frac");
-  for (const auto& k : kv_value_flags()) any_kv = any_kv || (k != "device" && f.has(k));
-  KvConfig kv_cfg = parse_kv_flags(f);
+  const ThreadLimit limit(f.integer("threads"));
+  // Without KV options the cache is the dense one (the forward pass alone); any KV option selects
+  // the store those options describe, as `serve` would build it.
+  const bool any_kv = any_kv_option(f) || f.has("window-frac");
+  KvConfig kv_cfg = kv_config_of(f);
   if (!any_kv) kv_cfg.dense = true;
   // --window-frac F: the device window of each depth is F x (depth + gen) tokens, rounded up to
   // a block (F = 1: every token on the device, the all-on-device baseline of the hybrid store).
-  const double window_frac = f.number("window-frac", 0.0, 0.0, 1.0);
+  const double window_frac = f.number("window-frac");
   TANDEM_REQUIRE(!(f.has("window-frac") && (kv_cfg.dense || f.has("window"))), kInvalidArgument,
                  "--window-frac sets the window of a hybrid store: not with --dense or --window");
   // --fill prefill: the context is built by chunked prefill (the real path, quadratic in the
   // depth); import: random K/V rows are stored directly (SequenceKv::import_kv), for the
   // decode speed at depths whose prefill would take too long. Decode does the same work either
   // way, except that hgca selects no imported host entry (they carry no MAW).
-  const std::string fill = f.str("fill", "prefill");
-  TANDEM_REQUIRE(fill == "prefill" || fill == "import", kInvalidArgument,
-                 "--fill must be prefill or import, got \"", fill, "\"");
-  const int64_t reserve =
-      static_cast<int64_t>(f.number("reserve-gib", 2.0, 0.0, 1e6) * double(int64_t{1} << 30));
-  LoadedModel loaded = load_model(f, f.required("model"), [](const std::string& w) {
+  const std::string fill = f.str("fill");
+  const int64_t reserve = static_cast<int64_t>(f.number("reserve-gib") * double(int64_t{1} << 30));
+  LoadedModel loaded = load_model(f, f.str("model"), [](const std::string& w) {
     std::fprintf(stderr, "tandem: warning: %s\n", w.c_str());
   });
   auto& model = loaded.model;
@@ -190,23 +147,20 @@ int cmd_bench_decode(const std::vector<std::string>& args) {
   // filled into fresh sequences. Without it, one depth: --prompt-len.
   std::vector<int64_t> depths;
   if (f.has("depth")) {
-    depths = parse_list(f.str("depth"));
+    depths = f.int_list("depth");
   } else {
-    depths = {f.integer("prompt-len", 128, 1, c.max_context - 1)};
+    depths = {f.integer_in("prompt-len", 128, 1, c.max_context - 1)};
   }
   const int64_t max_depth = *std::max_element(depths.begin(), depths.end());
   TANDEM_REQUIRE(max_depth < c.max_context, kInvalidArgument, "--depth ", max_depth,
                  " does not fit the model's context of ", c.max_context, " tokens");
-  const int32_t gen = static_cast<int32_t>(
-      f.integer("gen", 32, 2, c.max_context - static_cast<int32_t>(max_depth)));
-  const int32_t chunk = static_cast<int32_t>(f.integer("chunk", 512, 1, 1 << 20));
+  const int32_t gen = static_cast<int32_t>(f.integer_in("gen", 32, 2, c.max_context - max_depth));
+  const int32_t chunk = static_cast<int32_t>(f.integer("chunk"));
   // The host read bandwidth is the limit of the CPU backend's decode; on a device it is not.
   const bool on_host = backend->host_accessible();
-  const double bw =
-      on_host ? measure_read_bandwidth_gbs(
-                    static_cast<size_t>(f.integer("bw-bytes", 1 << 30, 1 << 20, int64_t{1} << 36)),
-                    limit.threads())
-              : 0.0;
+  const double bw = on_host ? measure_read_bandwidth_gbs(static_cast<size_t>(f.integer("bw-bytes")),
+                                                         limit.threads())
+                            : 0.0;
   const double step_bytes = static_cast<double>(model->matmul_weight_bytes());
   const std::string policy = kv_cfg.dense ? "dense" : std::string(policy_name(kv_cfg.sparse));
 
@@ -229,7 +183,7 @@ int cmd_bench_decode(const std::vector<std::string>& args) {
     for (float& e : pool_v) e = normal();
   }
 
-  for (int64_t batch_arg : parse_batches(f.str("batch", "1,8"))) {
+  for (int64_t batch_arg : batches_of(f)) {
     for (int64_t depth64 : depths) {
       const int32_t depth = static_cast<int32_t>(depth64);
       const int32_t cap = depth + gen + 1;
@@ -377,61 +331,6 @@ int cmd_bench_decode(const std::vector<std::string>& args) {
       std::fflush(stdout);
     }
   }
-  return 0;
-}
-
-// Time per token of the sampler over logits drawn from N(0, 3) (a diffuse distribution: the
-// hard case for top-p), per setting; one JSON line each.
-int cmd_bench_sampler(const std::vector<std::string>& args) {
-  const Flags f(args, {"vocab", "iters"}, {});
-  const int64_t vocab = f.integer("vocab", 128256, 2, int64_t{1} << 24);
-  const int64_t iters = f.integer("iters", 200, 1, 1000000);
-  std::vector<float> base(static_cast<size_t>(vocab));
-  uint64_t x = 1;
-  for (float& l : base) {
-    float s = 0;
-    for (int i = 0; i < 4; ++i) {
-      x = x * 6364136223846793005ull + 1442695040888963407ull;
-      s += static_cast<float>((x >> 40) & 0xFFFFFF) / 16777216.0f - 0.5f;
-    }
-    l = s * 1.7320508f * 3.0f;
-  }
-  struct Setting {
-    const char* name;
-    float temperature;
-    int32_t top_k;
-    float top_p;
-  };
-  const Setting settings[] = {{"greedy", 0.0f, 0, 1.0f},
-                              {"temperature 0.8", 0.8f, 0, 1.0f},
-                              {"top_k 50", 0.8f, 50, 1.0f},
-                              {"top_p 0.95", 0.8f, 0, 0.95f},
-                              {"top_k 50 top_p 0.95", 0.8f, 50, 0.95f}};
-  std::vector<float> row;
-  for (const Setting& s : settings) {
-    SamplingParams p;
-    p.temperature = s.temperature;
-    p.top_k = s.top_k;
-    p.top_p = s.top_p;
-    Sampler sampler(p, 7);
-    const auto t0 = std::chrono::steady_clock::now();
-    for (int64_t i = 0; i < iters; ++i) {
-      row = base;
-      sampler.sample(row, {}, {});
-    }
-    const double us =
-        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() /
-        static_cast<double>(iters);
-    const nlohmann::json j = {{"setting", s.name}, {"vocab", vocab}, {"us_per_token", us}};
-    std::printf("%s\n", j.dump().c_str());
-  }
-  return 0;
-}
-
-int cmd_make_model(const std::vector<std::string>& args) {
-  const Flags f(args, {"shape", "dtype", "out", "seed"}, {});
-  make_random_model(f.required("shape"), parse_dtype(f.str("dtype", "bf16")), f.required("out"),
-                    static_cast<uint64_t>(f.integer("seed", 1, 0, INT64_MAX)));
   return 0;
 }
 

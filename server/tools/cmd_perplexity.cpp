@@ -12,39 +12,36 @@
 #include "engine/tokenizer.h"
 #include "kvstore/kv_store.h"
 #include "models/model.h"
-#include "server/cli.h"
-#include "server/commands.h"
-#include "server/device_check.h"
-#include "server/kv_flags.h"
+#include "server/options.h"
+#include "server/tools/commands.h"
+#include "server/tools/device_check.h"
+#include "server/tools/kv_options.h"
 
 namespace tandem {
 
-int cmd_perplexity(const std::vector<std::string>& args) {
-  std::set<std::string> values = {"model", "file", "ctx", "prefill", "threads", "max-segments"};
-  values.insert(kv_value_flags().begin(), kv_value_flags().end());
-  const Flags f(args, values, kv_bool_flags());
-  const ThreadLimit limit(f.integer("threads", 0, 0, 4096));
-  const std::string dir = f.required("model");
-  const KvConfig kv_cfg = parse_kv_flags(f);
+int cmd_perplexity(const Options& f) {
+  const ThreadLimit limit(f.integer("threads"));
+  const std::string dir = f.str("model");
+  const KvConfig kv_cfg = kv_config_of(f);
   LoadedModel loaded = load_model(f, dir, [](const std::string& w) {
     std::fprintf(stderr, "tandem: warning: %s\n", w.c_str());
   });
   auto& model = loaded.model;
   const Tokenizer tok = Tokenizer::load(dir);
   const ModelConfig& c = model->config();
-  const int32_t ctx = static_cast<int32_t>(f.integer("ctx", c.max_context, 2, c.max_context));
-  const int32_t prefill = static_cast<int32_t>(f.integer("prefill", 1, 1, ctx - 1));
-  const int64_t max_segments = f.integer("max-segments", 1 << 30, 1, 1 << 30);
+  const int32_t ctx = static_cast<int32_t>(f.integer_in("ctx", c.max_context, 2, c.max_context));
+  const int32_t prefill = static_cast<int32_t>(f.integer_in("prefill", 1, 1, ctx - 1));
+  const int64_t max_segments = f.integer("max-segments", 1 << 30);
 
-  std::ifstream in(f.required("file"), std::ios::binary);
-  TANDEM_REQUIRE(in, kNotFound, f.required("file"), ": file not found");
+  std::ifstream in(f.str("file"), std::ios::binary);
+  TANDEM_REQUIRE(in, kNotFound, f.str("file"), ": file not found");
   std::stringstream ss;
   ss << in.rdbuf();
   std::vector<int32_t> text = tok.encode(ss.str(), false, false);
   const bool bos = c.bos_id >= 0;
   const int32_t body = ctx - (bos ? 1 : 0);
-  TANDEM_REQUIRE(static_cast<int64_t>(text.size()) >= body, kInvalidArgument, f.required("file"),
-                 ": ", text.size(), " tokens, fewer than one segment of ", body);
+  TANDEM_REQUIRE(static_cast<int64_t>(text.size()) >= body, kInvalidArgument, f.str("file"), ": ",
+                 text.size(), " tokens, fewer than one segment of ", body);
 
   KvStore store(model->backend(), model->kv_shape(), kv_cfg, 1, ctx);
   double nll = 0;

@@ -22,7 +22,6 @@
 #include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -31,39 +30,13 @@
 #include "kernels/common.h"
 #include "kernels/cpu/membw.h"
 #include "kernels/dtype.h"
-#include "server/cli.h"
+#include "server/tools/commands.h"
 
 namespace tandem {
 namespace {
 
-std::vector<std::string> split_list(const std::string& s) {
-  std::vector<std::string> out;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ','))
-    if (!item.empty()) out.push_back(item);
-  TANDEM_REQUIRE(!out.empty(), kInvalidArgument, "empty list \"", s, "\"");
-  return out;
-}
-
-std::vector<int64_t> int_list(const std::string& s, int64_t lo) {
-  std::vector<int64_t> out;
-  for (const std::string& item : split_list(s)) {
-    try {
-      out.push_back(std::stoll(item));
-    } catch (...) {
-      TANDEM_FAIL(kInvalidArgument, "bad list element \"", item, "\"");
-    }
-    TANDEM_REQUIRE(out.back() >= lo, kInvalidArgument, "list element ", out.back(), " < ", lo);
-  }
-  return out;
-}
-
-DType kv_dtype_of(const std::string& s) {
-  if (s == "f32") return DType::kF32;
-  if (s == "bf16") return DType::kBF16;
-  if (s == "f16") return DType::kF16;
-  TANDEM_FAIL(kInvalidArgument, "KV dtype must be f32, bf16 or f16, not \"", s, "\"");
+DType kv_dtype_of(const std::string& s) {  // one of the table's --dtypes words
+  return s == "f32" ? DType::kF32 : s == "f16" ? DType::kF16 : DType::kBF16;
 }
 
 // The 1-minute load average: on a shared machine, what else was running during a figure.
@@ -220,25 +193,20 @@ double validate(const Shape& s, const HostLayer& layer, const std::vector<float>
 
 }  // namespace
 
-int cmd_bench_cpu_attn(const std::vector<std::string>& args) {
+int cmd_bench_cpu_attn(const Options& f) {
   using Clock = std::chrono::steady_clock;
-  const Flags f(args,
-                {"contexts", "batch", "dtypes", "heads-kv", "group", "head-dim", "block", "threads",
-                 "min-time", "footprint-mb", "max-layer-mb", "bw-bytes"},
-                {"huge-pages"});
   const bool huge_pages = f.flag("huge-pages");
-  const auto contexts = int_list(f.str("contexts", "4096,8192,16384,32768,65536"), 1);
-  const auto batches = int_list(f.str("batch", "1,4"), 1);
-  const auto thread_list = int_list(f.str("threads", "1,0"), 0);
-  const int32_t hkv = static_cast<int32_t>(f.integer("heads-kv", 8, 1, 256));
-  const int32_t G = static_cast<int32_t>(f.integer("group", 4, 1, 64));
-  const int32_t d = static_cast<int32_t>(f.integer("head-dim", 128, 8, 1024));
-  const int32_t block = static_cast<int32_t>(f.integer("block", 64, 1, 1 << 16));
-  const double min_time = f.number("min-time", 0.5, 0.0, 600.0);
-  const int64_t footprint = f.integer("footprint-mb", 1024, 1, 1 << 20) << 20;
-  const int64_t max_layer = f.integer("max-layer-mb", 2048, 1, 1 << 20) << 20;
-  const size_t bw_bytes =
-      static_cast<size_t>(f.integer("bw-bytes", 1 << 30, 1 << 20, int64_t{1} << 36));
+  const auto contexts = f.int_list("contexts");
+  const auto batches = f.int_list("batch");
+  const auto thread_list = f.int_list("threads");
+  const int32_t hkv = static_cast<int32_t>(f.integer("heads-kv"));
+  const int32_t G = static_cast<int32_t>(f.integer("group"));
+  const int32_t d = static_cast<int32_t>(f.integer("head-dim"));
+  const int32_t block = static_cast<int32_t>(f.integer("block"));
+  const double min_time = f.number("min-time");
+  const int64_t footprint = f.integer("footprint-mb") << 20;
+  const int64_t max_layer = f.integer("max-layer-mb") << 20;
+  const size_t bw_bytes = static_cast<size_t>(f.integer("bw-bytes"));
   TANDEM_REQUIRE(d % 8 == 0, kInvalidArgument, "--head-dim must be a multiple of 8");
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
   const int cores = tbb::info::default_concurrency();
@@ -265,7 +233,7 @@ int cmd_bench_cpu_attn(const std::vector<std::string>& args) {
                           .c_str());
   std::fflush(stdout);
 
-  for (const std::string& dt : split_list(f.str("dtypes", "bf16,f32"))) {
+  for (const std::string& dt : f.list("dtypes")) {
     const DType t = kv_dtype_of(dt);
     for (int64_t batch : batches)
       for (int64_t ctx : contexts) {

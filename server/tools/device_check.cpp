@@ -1,5 +1,5 @@
 // The GPU-against-CPU check of a loaded model, and the --device / --device-check loading rule.
-#include "server/device_check.h"
+#include "server/tools/device_check.h"
 
 #include <algorithm>
 #include <cmath>
@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "kvstore/sequence_kv.h"
-#include "server/kv_flags.h"
+#include "server/tools/kv_options.h"
 
 namespace tandem {
 namespace {
@@ -82,13 +82,11 @@ LoadedModel load_checked(std::unique_ptr<Backend> backend, const std::string& di
   return m;
 }
 
-LoadedModel load_model(const Flags& f, const std::string& dir,
+LoadedModel load_model(const Options& o, const std::string& dir,
                        const std::function<void(const std::string&)>& warn) {
-  const std::string device = f.str("device", "auto");
-  const std::string check = f.str("device-check", "auto");
-  TANDEM_REQUIRE(check == "auto" || check == "on" || check == "off", kInvalidArgument,
-                 "--device-check must be auto, on or off, got \"", check, "\"");
-  auto backend = make_backend(f);
+  const std::string device = o.str("device");
+  const std::string check = o.str("device-check");
+  auto backend = make_backend(o);
   return load_checked(std::move(backend), dir,
                       check == "on" || (check == "auto" && device == "auto"), device == "auto",
                       warn);

@@ -9,7 +9,7 @@
 
 #include "kernels/backend.h"
 #include "models/model.h"
-#include "server/cli.h"
+#include "server/options.h"
 
 namespace tandem {
 
@@ -37,7 +37,7 @@ LoadedModel load_checked(std::unique_ptr<Backend> backend, const std::string& di
 // The backend of --device (make_backend) and the model on it, checked per --device-check:
 // auto (default) checks when --device is auto and falls back to the CPU; on checks for --device
 // cuda too and fails there; off never checks.
-LoadedModel load_model(const Flags& f, const std::string& dir,
+LoadedModel load_model(const Options& o, const std::string& dir,
                        const std::function<void(const std::string&)>& warn);
 
 }  // namespace tandem

@@ -1,0 +1,163 @@
+// `tandem bench`: load-tests an OpenAI-compatible server with the flags of `vllm bench serve`
+// (random dataset): prints progress on stderr, the result table on stdout and, with
+// --save-result FILE (or vllm's bare --save-result [--result-dir D] [--result-filename F]), the
+// same figures as JSON. The client itself is server/tools/bench_*.
+#include <signal.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <sstream>
+
+#include "engine/tokenizer.h"
+#include "kernels/common.h"
+#include "server/tools/bench_client.h"
+#include "server/tools/commands.h"
+
+namespace tandem {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::map<std::string, double> parse_goodput(const std::string& s) {
+  std::map<std::string, double> out;
+  std::string text = s;
+  std::replace(text.begin(), text.end(), ',', ' ');
+  std::istringstream in(text);
+  std::string item;
+  while (in >> item) {
+    const size_t colon = item.find(':');
+    TANDEM_REQUIRE(colon != std::string::npos, kInvalidArgument,
+                   "--goodput takes METRIC:MS pairs (ttft, tpot, e2el), got \"", item, "\"");
+    const std::string name = item.substr(0, colon);
+    TANDEM_REQUIRE(name == "ttft" || name == "tpot" || name == "e2el", kInvalidArgument,
+                   "--goodput: unknown metric \"", name, "\" (ttft, tpot or e2el)");
+    char* end = nullptr;
+    const std::string v = item.substr(colon + 1);
+    const double ms = std::strtod(v.c_str(), &end);
+    TANDEM_REQUIRE(end != v.c_str() && *end == '\0' && std::isfinite(ms) && ms > 0,
+                   kInvalidArgument, "--goodput: \"", v, "\" is not a positive number of ms");
+    out[name] = ms;
+  }
+  TANDEM_REQUIRE(!out.empty(), kInvalidArgument, "--goodput needs at least one METRIC:MS pair");
+  return out;
+}
+
+double parse_rate(const std::string& s) {
+  if (s == "inf" || s == "Inf" || s == "INF") return 0;
+  char* end = nullptr;
+  const double r = std::strtod(s.c_str(), &end);
+  TANDEM_REQUIRE(end != s.c_str() && *end == '\0' && (r > 0 || std::isinf(r)), kInvalidArgument,
+                 "--request-rate must be a positive number or inf, got \"", s, "\"");
+  return std::isinf(r) ? 0 : r;
+}
+
+}  // namespace
+
+int cmd_bench(const Options& f) {
+  signal(SIGPIPE, SIG_IGN);
+  bench::BenchConfig cfg;
+  if (f.has("base-url")) {
+    cfg.base_url = f.str("base-url");
+  } else {
+    cfg.base_url = "http://" + f.str("host") + ":" + std::to_string(f.integer("port"));
+  }
+  bench::split_url(cfg.base_url);  // validates
+  const std::string backend = f.str("backend");
+  cfg.endpoint = f.has("endpoint")          ? f.str("endpoint")
+                 : backend == "openai-chat" ? "/v1/chat/completions"
+                                            : "/v1/completions";
+  cfg.num_prompts = static_cast<int32_t>(f.integer("num-prompts"));
+  cfg.max_concurrency = static_cast<int32_t>(f.integer("max-concurrency"));
+  cfg.request_rate = parse_rate(f.str("request-rate"));
+  cfg.burstiness = f.number("burstiness");
+  cfg.input_len = static_cast<int32_t>(f.integer("random-input-len"));
+  cfg.output_len = static_cast<int32_t>(f.integer("random-output-len"));
+  cfg.range_ratio = f.number("random-range-ratio");
+  cfg.ignore_eos = f.flag("ignore-eos");
+  TANDEM_REQUIRE(!(f.flag("stream") && f.flag("no-stream")), kInvalidArgument,
+                 "--stream and --no-stream exclude each other");
+  cfg.stream = !f.flag("no-stream");
+  cfg.api_key = f.str("api-key");
+  if (cfg.api_key.empty())
+    if (const char* k = std::getenv("OPENAI_API_KEY")) cfg.api_key = k;
+  cfg.temperature = f.number("temperature");
+  cfg.timeout_s = f.number("timeout");
+  cfg.seed = static_cast<uint64_t>(f.integer("seed"));
+  cfg.warmup = !f.flag("no-warmup");
+  cfg.progress = !f.flag("quiet") && !f.flag("disable-tqdm");
+  cfg.percentile_metrics = f.list("percentile-metrics");
+  cfg.metric_percentiles = f.number_list("metric-percentiles");
+  if (f.has("goodput")) cfg.goodput_ms = parse_goodput(f.str("goodput"));
+
+  // --model: a served name, or a model folder (its tokenizer builds the prompts; the name sent
+  // is then the server's own, from /v1/models).
+  std::string model = f.str("model");
+  std::string tok_dir = f.str("tokenizer");
+  const bool model_is_dir = !model.empty() && fs::is_directory(model);
+  if (model_is_dir && tok_dir.empty()) tok_dir = model;
+  if (f.has("served-model-name")) {
+    cfg.model = f.str("served-model-name");
+  } else if (!model.empty() && !model_is_dir) {
+    cfg.model = model;
+  } else if (auto served = bench::served_model(cfg)) {
+    cfg.model = *served;
+  } else if (model_is_dir) {
+    cfg.model = fs::path(model).lexically_normal().filename().string();
+  }
+  std::unique_ptr<Tokenizer> tok;
+  if (!tok_dir.empty()) tok = std::make_unique<Tokenizer>(Tokenizer::load(tok_dir));
+
+  if (cfg.progress)
+    std::fprintf(stderr,
+                 "[bench] %s%s, model '%s', %d prompts of %d+%d tokens (%s), concurrency %s, "
+                 "rate %s\n",
+                 cfg.base_url.c_str(), cfg.endpoint.c_str(), cfg.model.c_str(), cfg.num_prompts,
+                 cfg.input_len, cfg.output_len, tok ? "tokenizer" : "word list",
+                 cfg.max_concurrency > 0 ? std::to_string(cfg.max_concurrency).c_str() : "inf",
+                 cfg.request_rate > 0 ? std::to_string(cfg.request_rate).c_str() : "inf");
+  const auto prompts = bench::make_random_prompts(cfg, tok.get());
+  bench::BenchOutcome out = bench::run_benchmark(cfg, prompts, tok.get());
+  out.tokenizer = tok_dir;
+  const nlohmann::json report = bench::report_json(cfg, out);
+  std::fputs(bench::format_table(report).c_str(), stdout);
+  std::fflush(stdout);
+  if (cfg.progress)
+    for (const auto& r : out.results)
+      if (!r.success) {
+        std::fprintf(stderr, "[bench] first error: %s\n", r.error.c_str());
+        break;
+      }
+  if (f.has("save-result") || f.has("result-filename")) {
+    std::string path = f.str("save-result");
+    if (path.empty()) {
+      // vllm's default name: backend-rateqps[-concurrencyC]-model-date.json
+      path = f.str("result-filename");
+      if (path.empty()) {
+        std::ostringstream rate;
+        if (cfg.request_rate > 0)
+          rate << cfg.request_rate;
+        else
+          rate << "inf";
+        std::string name = fs::path(cfg.model).filename().string();
+        path =
+            report["backend"].get<std::string>() + "-" + rate.str() + "qps" +
+            (cfg.max_concurrency > 0 ? "-concurrency" + std::to_string(cfg.max_concurrency) : "") +
+            "-" + (name.empty() ? "model" : name) + "-" + report["date"].get<std::string>() +
+            ".json";
+      }
+      if (f.has("result-dir")) path = (fs::path(f.str("result-dir")) / path).string();
+    }
+    std::ofstream o(path);
+    TANDEM_REQUIRE(o, kIo, "--save-result: cannot write ", path);
+    o << report.dump(2) << "\n";
+    TANDEM_REQUIRE(o.good(), kIo, "--save-result: error writing ", path);
+  }
+  return 0;
+}
+
+}  // namespace tandem

@@ -1,0 +1,158 @@
+// `tandem serve`: loads a model, starts the engine and the OpenAI-compatible HTTP server.
+// Every option may also come from a JSON config file (--config FILE, keys are option names, read
+// by server/options.cpp); the command line wins. SIGINT/SIGTERM: stop accepting, let running
+// requests finish for up to
+// --shutdown-grace seconds, cancel the rest, exit 0.
+#include <pthread.h>
+#include <signal.h>
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <random>
+#include <thread>
+
+#include "engine/engine.h"
+#include "engine/tokenizer.h"
+#include "kvstore/kv_store.h"
+#include "server/chat_template.h"
+#include "server/http_server.h"
+#include "server/options.h"
+#include "server/tools/commands.h"
+#include "server/tools/device_check.h"
+#include "server/tools/kv_options.h"
+
+namespace tandem {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+EngineGauges gauges_of(const EngineMetrics& m) {
+  EngineGauges g;
+  g.running = m.running;
+  g.waiting = m.waiting;
+  g.steps = m.steps;
+  g.engine_prompt_tokens = m.prompt_tokens;
+  g.engine_generation_tokens = m.generation_tokens;
+  g.finished_stop = m.finished_stop;
+  g.finished_length = m.finished_length;
+  g.finished_cancelled = m.finished_cancelled;
+  g.finished_error = m.finished_error;
+  g.preemptions = m.preemptions;
+  g.forward_seconds = m.forward_seconds;
+  g.step_other_seconds = m.step_other_seconds;
+  g.step_other_cpu_seconds = m.step_other_cpu_seconds;
+  g.cpu_attention_seconds = m.cpu_attention_busy_seconds;
+  g.cpu_attention_wait_seconds = m.cpu_attention_wait_seconds;
+  g.kv_device_blocks_used = m.kv_device_blocks_used;
+  g.kv_device_blocks_total = m.kv_device_blocks_total;
+  g.kv_host_blocks_used = m.kv_host_blocks_used;
+  g.kv_host_blocks_total = m.kv_host_blocks_total;
+  return g;
+}
+
+}  // namespace
+
+int cmd_serve(const Options& f) {
+  // SIGINT/SIGTERM are taken by one thread with sigwait: block them before any thread starts
+  // (threads inherit the mask). SIGUSR1 wakes that thread when the server ends on its own. A
+  // client that hangs up must not kill the process with SIGPIPE.
+  sigset_t sigs;
+  sigemptyset(&sigs);
+  sigaddset(&sigs, SIGINT);
+  sigaddset(&sigs, SIGTERM);
+  sigaddset(&sigs, SIGUSR1);
+  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  auto log = spdlog::get("server");
+  if (!log) log = spdlog::stderr_color_mt("server");
+  spdlog::set_level(spdlog::level::from_str(f.str("log-level")));
+
+  const KvConfig kv_cfg = kv_config_of(f);
+  const std::string dir = f.str("model");
+  const auto threads = ThreadLimit(f.integer("threads"));
+  const auto t_load = std::chrono::steady_clock::now();
+  log->info("loading {} ...", dir);
+  LoadedModel loaded = load_model(f, dir, [&](const std::string& w) { log->warn("{}", w); });
+  auto& model = loaded.model;
+  const Tokenizer tok = Tokenizer::load(dir);
+  const ChatTemplate tmpl = ChatTemplate::from_model_dir(dir);
+  const ModelConfig& c = model->config();
+  log->info(
+      "loaded {} ({} layers, {:.1f}M parameters) on the {} backend in {:.1f} s; chat "
+      "template: {}",
+      arch_name(c.arch), c.n_layer, static_cast<double>(c.n_params()) / 1e6, loaded.backend->name(),
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t_load).count(),
+      tmpl.is_fallback() ? "ChatML fallback" : "the model's");
+
+  EngineOptions eo;
+  eo.max_batch = static_cast<int32_t>(f.integer("max-batch"));
+  eo.max_model_len =
+      static_cast<int32_t>(f.integer_in("max-model-len", c.max_context, 1, c.max_context));
+  eo.max_waiting = static_cast<int32_t>(f.integer("max-waiting"));
+  eo.prefill_chunk = static_cast<int32_t>(f.integer("prefill-chunk"));
+  eo.step_token_budget = static_cast<int32_t>(f.integer("step-token-budget"));
+  eo.seed = static_cast<uint64_t>(
+      f.integer("seed", static_cast<int64_t>(std::random_device{}() & 0x7fffffff)));
+  KvStore store(model->backend(), model->kv_shape(), kv_cfg, eo.max_batch, eo.max_model_len);
+  log->info("kv: {}; max batch {}, max model len {}, max waiting {}", kv_cfg.describe(),
+            eo.max_batch, eo.max_model_len, eo.max_waiting);
+  Engine engine(*model, tok, store, eo);
+
+  HttpOptions ho;
+  ho.host = f.str("host");
+  ho.port = static_cast<int>(f.integer("port"));
+  ho.api_key = f.str("api-key");
+  ho.max_body_bytes = static_cast<size_t>(f.integer("max-body-bytes"));
+  // One worker per open connection: room for a full batch, the queue and a few more.
+  ho.threads =
+      static_cast<int>(f.integer("http-threads", std::min<int64_t>(eo.max_batch + 64, 1024)));
+  ho.sampling_defaults.temperature = c.gen.temperature;
+  ho.sampling_defaults.top_p = c.gen.top_p;
+  ho.sampling_defaults.top_k = c.gen.top_k;
+  ho.sampling_defaults.repetition_penalty = c.gen.repetition_penalty;
+  openai::ModelInfo mi;
+  mi.tokenizer = &tok;
+  mi.chat_template = &tmpl;
+  mi.max_model_len = engine.max_model_len();
+  mi.served_name = f.has("served-model-name")
+                       ? f.str("served-model-name")
+                       : fs::path(dir).lexically_normal().filename().string();
+  if (mi.served_name.empty()) mi.served_name = fs::path(dir).parent_path().filename().string();
+  ServerHooks hooks;
+  hooks.submit = [&engine](GenerationRequest r) { return engine.submit(std::move(r)); };
+  hooks.gauges = [&engine] { return gauges_of(engine.metrics()); };
+  HttpServer server(ho, mi, hooks);
+  server.bind();
+  const double grace = f.number("shutdown-grace");
+
+  std::atomic<bool> served{false};
+  std::thread watcher([&] {
+    int sig = 0;
+    do {
+      sigwait(&sigs, &sig);
+      if (served.load()) return;
+    } while (sig == SIGUSR1);
+    log->info("{}: stopping (running requests get {:.0f} s to finish)", strsignal(sig), grace);
+    server.stop();
+    const auto t0 = std::chrono::steady_clock::now();
+    while (server.active_generations() > 0 && !served.load() &&
+           std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < grace)
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    if (server.active_generations() > 0) log->info("cancelling the requests still running");
+    engine.shutdown(/*cancel_running=*/true);
+  });
+  server.run();
+  served.store(true);
+  pthread_kill(watcher.native_handle(), SIGUSR1);
+  watcher.join();
+  engine.shutdown(/*cancel_running=*/true);
+  log->info("stopped");
+  return 0;
+}
+
+}  // namespace tandem

@@ -1,0 +1,58 @@
+// Reading the shared model, device and KV options.
+#include "server/tools/kv_options.h"
+
+#include "kernels/common.h"
+#include "kernels/cuda/cuda_backend.h"
+
+namespace tandem {
+
+KvConfig kv_config_of(const Options& o) {
+  KvConfig c;
+  c.dense = o.flag("dense");
+  c.sinks = static_cast<int32_t>(o.integer("sinks"));
+  c.window = static_cast<int32_t>(o.integer("window"));
+  c.block = static_cast<int32_t>(o.integer("block"));
+  c.sparse = o.pick<SparsePolicy>("sparse", {{"full", SparsePolicy::kFull},
+                                             {"hgca", SparsePolicy::kHgca},
+                                             {"topk", SparsePolicy::kTopk}});
+  c.hgca_beta = static_cast<float>(o.number("hgca-beta"));
+  c.topk_blocks = static_cast<int32_t>(o.integer("topk-blocks"));
+  c.cpu_attn = o.pick<CpuAttnMode>("cpu-attn", {{"parallel", CpuAttnMode::kParallel},
+                                                {"ahead", CpuAttnMode::kAhead},
+                                                {"ahead-oracle", CpuAttnMode::kAheadOracle}});
+  c.cpu_threads = static_cast<int32_t>(o.integer("cpu-threads"));
+  c.maw_alpha = static_cast<float>(o.number("maw-alpha"));
+  c.kv_dtype = o.pick<DType>("kv-dtype",
+                             {{"f32", DType::kF32}, {"bf16", DType::kBF16}, {"f16", DType::kF16}});
+  c.validate();
+  return c;
+}
+
+bool any_kv_option(const Options& o) {
+  for (const OptionSpec* s : options_of(o.command()))
+    if (s->group == OptGroup::kKv && o.has(s->name)) return true;
+  return false;
+}
+
+std::unique_ptr<Backend> make_backend(const Options& o) {
+  const std::string device = o.str("device");
+  if (device == "cpu") return make_cpu_backend();
+  const CudaDeviceInfo info = cuda_device_info();  // count 0 in a build without CUDA
+  if (device == "auto")
+    // The SIMT emulator is a GPU for tests and counters, far slower than the CPU backend: only
+    // an explicit --device cuda picks it.
+    return info.count > 0 && info.runs_kernels && !info.emulated ? make_cuda_backend()
+                                                                 : make_cpu_backend();
+#ifdef TANDEM_HAVE_CUDA
+  constexpr bool kBuiltWithCuda = true;
+#else
+  constexpr bool kBuiltWithCuda = false;
+#endif
+  TANDEM_REQUIRE(kBuiltWithCuda, kUnsupported,
+                 "--device cuda: this build has no CUDA support (use --device cpu)");
+  TANDEM_REQUIRE(info.count > 0, kUnsupported,
+                 "--device cuda: no CUDA device is visible (use --device cpu)");
+  return make_cuda_backend();  // throws, one line, where the device cannot run the kernels
+}
+
+}  // namespace tandem
