@@ -9,6 +9,8 @@
 #include <fstream>
 #include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 namespace tandem {
 namespace {
@@ -95,6 +97,26 @@ void Backend::raise_host_flag(const TensorView& flag, uint32_t value) {
 
 bool Backend::sample(const TensorView&, const SampleRow*, int32_t*) { return false; }
 
+void Backend::attention_batch(const TensorView& q, const TensorView& q_pos, const AttnSegment* segs,
+                              int64_t count, float scale, const AttnPartial& out) {
+  PartialScratch scratch;
+  attention_batch_loop(*this, q, q_pos, segs, count, scale, out, scratch);
+  if (!scratch.empty()) synchronize();  // the queued ops may still use it: freed next
+}
+
+void Backend::scatter_rows(const TensorView& src, const TensorView& dst, const int64_t* offsets,
+                           int64_t n) {
+  const int64_t row = check_scatter_rows(src, dst, offsets, n);
+  if (n == 0) return;
+  const int64_t es = dtype_size(dst.dtype);
+  const TensorView rows = src.reshape({n, row});
+  for (int64_t i = 0; i < n; ++i) {
+    const TensorView to(static_cast<char*>(dst.data) + offsets[i] * es, dst.dtype, {1, row},
+                        dst.memory);
+    copy(rows.slice(i, i + 1), to);
+  }
+}
+
 BackendBuffer::BackendBuffer(Backend& backend, DType t, std::initializer_list<int64_t> dims)
     : mem_(nullptr, Free{&backend, false}) {
   view_ = TensorView(nullptr, t, dims, backend.memory_kind());
@@ -125,6 +147,86 @@ BackendBuffer BackendBuffer::upload(Backend& backend, const TensorView& host) {
   }
   backend.upload(host, b.view_);
   return b;
+}
+
+AttnPartial PartialScratch::get(Backend& backend, int64_t rows, int64_t heads, int64_t d) {
+  const bool fits =
+      !o_.empty() && o_.view().dim(1) == heads && o_.view().dim(2) == d && o_.view().dim(0) >= rows;
+  if (!fits) {
+    const int64_t cap = std::max<int64_t>(rows, o_.empty() ? 0 : o_.view().dim(0));
+    if (!o_.empty()) backend.synchronize();  // queued ops may still use the old pair
+    lse_ = BackendBuffer();                  // freed before the larger pair is allocated
+    o_ = BackendBuffer();
+    o_ = BackendBuffer(backend, DType::kF32, {cap, heads, d});
+    lse_ = BackendBuffer(backend, DType::kF32, {cap, heads});
+  }
+  return AttnPartial{o_.view().slice(0, rows), lse_.view().slice(0, rows)};
+}
+
+void check_attention_batch(const TensorView& q, const TensorView& q_pos, const AttnSegment* segs,
+                           int64_t count, const AttnPartial& out) {
+  TANDEM_CHECK(q.ndim == 3 && q_pos.ndim == 1 && q_pos.dim(0) == q.dim(0) && out.o.ndim == 3 &&
+                   out.o.dim(0) == q.dim(0) && out.lse.ndim == 2 && out.lse.dim(0) == q.dim(0) &&
+                   count >= 0 && (segs != nullptr || count == 0),
+               "attention_batch q ", q.describe(), " q_pos ", q_pos.describe(), " out ",
+               out.o.describe(), " / ", out.lse.describe());
+  const int64_t n = q.dim(0);
+  std::vector<std::pair<int64_t, int64_t>> groups;  // [row0, row1) of each non-empty group
+  for (int64_t s = 0; s < count; ++s) {
+    const AttnSegment& g = segs[s];
+    TANDEM_CHECK(g.q_row0 >= 0 && g.q_rows >= 0 && g.q_row0 + g.q_rows <= n,
+                 "attention_batch segment ", s, ": rows [", g.q_row0, ", ", g.q_row0 + g.q_rows,
+                 ") of ", n);
+    const bool first = s == 0 || segs[s - 1].q_row0 != g.q_row0 || segs[s - 1].q_rows != g.q_rows;
+    if (first && g.q_rows > 0) groups.emplace_back(g.q_row0, g.q_row0 + g.q_rows);
+  }
+  std::sort(groups.begin(), groups.end());
+  for (size_t i = 1; i < groups.size(); ++i)
+    TANDEM_CHECK(groups[i].first >= groups[i - 1].second, "attention_batch: groups of rows [",
+                 groups[i - 1].first, ", ", groups[i - 1].second, ") and [", groups[i].first, ", ",
+                 groups[i].second, ") overlap");
+}
+
+int64_t check_scatter_rows(const TensorView& src, const TensorView& dst, const int64_t* offsets,
+                           int64_t n) {
+  TANDEM_CHECK(
+      n >= 0 && src.dtype == DType::kF32 && src.contiguous() &&
+          (n == 0 || (src.ndim >= 1 && src.dim(0) == n)) && dst.contiguous() &&
+          (dst.dtype == DType::kF32 || dst.dtype == DType::kF16 || dst.dtype == DType::kBF16) &&
+          (offsets != nullptr || n == 0),
+      "scatter_rows ", src.describe(), " (", n, " rows) -> ", dst.describe());
+  if (n == 0) return 0;
+  const int64_t row = src.numel() / n;
+  TANDEM_CHECK(row * n == src.numel(), "scatter_rows: ", src.describe(), " is not ", n, " rows");
+  std::vector<int64_t> sorted(offsets, offsets + n);
+  std::sort(sorted.begin(), sorted.end());
+  TANDEM_CHECK(sorted.front() >= 0 && sorted.back() + row <= dst.numel(), "scatter_rows: rows at ",
+               sorted.front(), "..", sorted.back(), " of ", row, " elements outside ",
+               dst.describe());
+  for (size_t i = 1; i < sorted.size(); ++i)
+    TANDEM_CHECK(sorted[i] >= sorted[i - 1] + row, "scatter_rows: rows at ", sorted[i - 1], " and ",
+                 sorted[i], " overlap (", row, " elements each)");
+  return row;
+}
+
+void attention_batch_loop(Backend& backend, const TensorView& q, const TensorView& q_pos,
+                          const AttnSegment* segs, int64_t count, float scale,
+                          const AttnPartial& out, PartialScratch& scratch) {
+  check_attention_batch(q, q_pos, segs, count, out);
+  for (int64_t s = 0; s < count; ++s) {
+    const AttnSegment& g = segs[s];
+    const bool first = s == 0 || segs[s - 1].q_row0 != g.q_row0 || segs[s - 1].q_rows != g.q_rows;
+    if (g.q_rows == 0) continue;
+    const int64_t r0 = g.q_row0, r1 = g.q_row0 + g.q_rows;
+    const TensorView qs = q.slice(r0, r1), ps = q_pos.slice(r0, r1);
+    const AttnPartial rows{out.o.slice(r0, r1), out.lse.slice(r0, r1)};
+    const AttnPartial dst = first ? rows : scratch.get(backend, g.q_rows, q.dim(1), q.dim(2));
+    if (g.pages.count == 0)
+      backend.attention(qs, g.k, g.v, ps, g.k_pos0, scale, dst);
+    else
+      backend.attention_paged(qs, g.k, g.v, g.pages, ps, g.k_pos0, scale, dst);
+    if (!first) backend.merge(rows, dst);
+  }
 }
 
 const float* host_readable(Backend& backend, const TensorView& src, std::vector<float>& staging) {

@@ -51,6 +51,18 @@ struct KvPages {
   int32_t rows = 0;  // keys per page
 };
 
+// One segment of Backend::attention_batch: query rows [q_row0, q_row0 + q_rows) of q attend T
+// keys held as attention() takes them (pages.count == 0: k, v are the contiguous span
+// [T, Hkv, d]) or as attention_paged() does (k, v give the dtype, the shape and the strides
+// within a page, and their data is the origin of pages.offsets). Key j is at position
+// k_pos0 + j and visible to query i iff k_pos0 + j <= q_pos[i].
+struct AttnSegment {
+  int64_t q_row0 = 0, q_rows = 0;
+  TensorView k, v;
+  KvPages pages;  // count 0: contiguous
+  int64_t k_pos0 = 0;
+};
+
 // The [rows, Hkv, d] view of page i of a paged span of T keys, where kv views the span as if
 // it were contiguous from page 0 (the layout attention_paged takes).
 TensorView kv_page(const TensorView& kv, const KvPages& pages, size_t i);
@@ -122,10 +134,30 @@ class Backend {
                                float scale, const AttnPartial& out) = 0;
   // a <- merge(a, b) row by row with merge_partial_row (kernels/attn_partial.h).
   virtual void merge(const AttnPartial& a, const AttnPartial& b) = 0;
+  // Every segment's attention (q f32 [n, Hq, d], q_pos i32 [n], out [n, Hq, d] / [n, Hq] as in
+  // attention()). Consecutive segments with the same query rows form a group: the group's first
+  // segment writes out's rows, each later one is computed into scratch and merged into them with
+  // merge(), in order. Bit-identical to that sequence of attention / attention_paged / merge
+  // calls on the same backend: this default is exactly that loop (attention_batch_loop below,
+  // with scratch allocated for the call; the CPU backend keeps its scratch), a device backend
+  // overrides it with a fixed number of launches whatever `count` is. Groups' rows must not
+  // overlap; rows of q no segment covers are left untouched. segs (host memory) may be reused
+  // as soon as the call returns.
+  virtual void attention_batch(const TensorView& q, const TensorView& q_pos,
+                               const AttnSegment* segs, int64_t count, float scale,
+                               const AttnPartial& out);
   // dst <- src, same shape, converting between f32/f16/bf16. dst may also be allocate_host
   // memory (host_memory_kind()): the backend writes it in place, for a host thread to read once
   // a raise_host_flag queued after the copy is seen.
   virtual void copy(const TensorView& src, const TensorView& dst) = 0;
+  // dst rows <- src rows, converted to dst's dtype: src f32 [n, ...] contiguous (row i: its
+  // numel / n elements), row i written at element offset offsets[i] from dst.data. dst: a
+  // contiguous f32/f16/bf16 view of backend memory that holds every row (e.g. a whole block
+  // pool). offsets: host memory, n entries, any order, rows must not overlap; reusable as soon
+  // as the call returns. Equal to one copy() per row (this default); a device backend does it in
+  // one upload and one launch.
+  virtual void scatter_rows(const TensorView& src, const TensorView& dst, const int64_t* offsets,
+                            int64_t n);
   // Waits until every queued operation has finished (no-op on the CPU backend).
   virtual void synchronize() {}
 
@@ -212,6 +244,35 @@ class BackendBuffer {
   std::unique_ptr<void, Free> mem_;
   TensorView view_;
 };
+
+// Grow-only backend memory for one attention partial of up to `rows` query rows: what
+// attention_batch_loop computes a group's later segments into. Freed with its buffers (the
+// backend must outlive it and have finished the ops that used it).
+class PartialScratch {
+ public:
+  // o [rows, heads, d], lse [rows, heads], contiguous; valid until the next get().
+  AttnPartial get(Backend& backend, int64_t rows, int64_t heads, int64_t d);
+  bool empty() const { return o_.empty(); }
+
+ private:
+  BackendBuffer o_, lse_;
+};
+
+// Throws unless the segments fit q [n, Hq, d], q_pos [n] and out (every segment's rows inside
+// [0, n), groups' rows not overlapping); the per-segment operand checks are attention()'s.
+void check_attention_batch(const TensorView& q, const TensorView& q_pos, const AttnSegment* segs,
+                           int64_t count, const AttnPartial& out);
+
+// Throws unless scatter_rows(src, dst, offsets, n) keeps its contract (shapes, every row
+// inside dst, no two rows overlapping); returns the row length in elements.
+int64_t check_scatter_rows(const TensorView& src, const TensorView& dst, const int64_t* offsets,
+                           int64_t n);
+
+// Backend::attention_batch as the loop of attention / attention_paged / merge calls on
+// `backend`, later segments of a group computed into `scratch`.
+void attention_batch_loop(Backend& backend, const TensorView& q, const TensorView& q_pos,
+                          const AttnSegment* segs, int64_t count, float scale,
+                          const AttnPartial& out, PartialScratch& scratch);
 
 // Where the host can read src (contiguous f32 backend memory): src's own bytes when the backend
 // is host-accessible (after synchronize()), else `staging`, filled by a download.

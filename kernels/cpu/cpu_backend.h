@@ -3,6 +3,8 @@
 // (gemm.cpp, norm.cpp, rope.cpp, elementwise.cpp, attention.cpp).
 #pragma once
 
+#include <mutex>
+
 #include "kernels/backend.h"
 
 namespace tandem {
@@ -29,7 +31,17 @@ class CpuBackend final : public Backend {
                        const KvPages& pages, const TensorView& q_pos, int64_t k_pos0, float scale,
                        const AttnPartial& out) override;
   void merge(const AttnPartial& a, const AttnPartial& b) override;
+  // The default loop (attention_batch_loop), with scratch kept between calls.
+  void attention_batch(const TensorView& q, const TensorView& q_pos, const AttnSegment* segs,
+                       int64_t count, float scale, const AttnPartial& out) override;
   void copy(const TensorView& src, const TensorView& dst) override;
+
+ private:
+  // attention_batch's scratch. Kept here, not in Backend: a base-class member would be freed
+  // after the derived backend (and its allocator) is gone. The lock keeps the ops callable from
+  // several threads at once, as the stateless ones are.
+  std::mutex batch_mutex_;
+  PartialScratch batch_scratch_;
 };
 
 }  // namespace tandem

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "kernels/attn_partial.h"
+#include "kernels/backend.h"
 #include "kernels/cuda/cuda_common.cuh"
 
 namespace tandem::cuda {
@@ -24,6 +25,13 @@ struct DevicePages {
 void attention(const TensorView& q, const TensorView& k, const TensorView& v,
                const TensorView& q_pos, int64_t k_pos0, float scale, const AttnPartial& out,
                int num_sms, Workspace& ws, cudaStream_t stream, const DevicePages* pages = nullptr);
+
+// Backend::attention_batch: every segment's attention, each planned (checks, split) as its
+// single call above, in one upload into `table` and at most two launches (attention_batch.cu),
+// bit-identical to the single calls and merges. segs may be reused on return.
+void attention_batch(const TensorView& q, const TensorView& q_pos, const AttnSegment* segs,
+                     int64_t count, float scale, const AttnPartial& out, int num_sms, Workspace& ws,
+                     UploadTable& table, cudaStream_t stream);
 
 inline constexpr int64_t kAttnMaxHeadDim = 256;
 

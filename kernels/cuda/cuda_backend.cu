@@ -2,9 +2,11 @@
 // the rope inv_freq tables uploaded once each. Its memory is cudaMalloc'd device memory; upload
 // and download are copies on the stream (download waits for it). Each op checks its views and
 // launches the kernel of its own file (elementwise, convert, embedding, norm, softmax, rope,
-// matmul, attention, merge, sampling, flag_wait) on the stream; synchronize() waits for it.
+// matmul, attention, attention_batch, merge, scatter, sampling, flag_wait) on the stream;
+// synchronize() waits for it.
 // Host flags are waited for and raised by kernels on the stream, so neither returns late.
 #include <algorithm>
+#include <cstring>
 #include <utility>
 #include <vector>
 
@@ -21,6 +23,7 @@
 #include "kernels/cuda/norm.cuh"
 #include "kernels/cuda/rope.cuh"
 #include "kernels/cuda/sampling.cuh"
+#include "kernels/cuda/scatter.cuh"
 #include "kernels/cuda/softmax.cuh"
 
 namespace tandem {
@@ -107,6 +110,24 @@ class CudaBackend final : public Backend {
                     count > 0 ? &dp : nullptr);
   }
   void merge(const AttnPartial& a, const AttnPartial& b) override { cuda::merge(a, b, stream_); }
+  // One upload of the segment table and page offsets, one attention launch and at most one
+  // combine launch, whatever the count (attention_batch.cu).
+  void attention_batch(const TensorView& q, const TensorView& q_pos, const AttnSegment* segs,
+                       int64_t count, float scale, const AttnPartial& out) override {
+    cuda::attention_batch(q, q_pos, segs, count, scale, out, num_sms_, ws_, batch_table_, stream_);
+  }
+  // One upload of the offsets and one launch. The rows must not overlap: on the device they
+  // are written at once, so an overlap would be a race (check_scatter_rows throws).
+  void scatter_rows(const TensorView& src, const TensorView& dst, const int64_t* offsets,
+                    int64_t n) override {
+    const int64_t row = check_scatter_rows(src, dst, offsets, n);
+    if (n == 0 || row == 0) return;
+    const size_t bytes = static_cast<size_t>(n) * sizeof(int64_t);
+    std::memcpy(scatter_table_.prepare(bytes, stream_), offsets, bytes);
+    scatter_table_.upload(stream_);
+    cuda::scatter_rows(src, dst, reinterpret_cast<const int64_t*>(scatter_table_.device()), n, row,
+                       stream_);
+  }
   void copy(const TensorView& src, const TensorView& dst) override {
     cuda::convert(src, dst, stream_);
   }
@@ -235,6 +256,8 @@ class CudaBackend final : public Backend {
 
   int64_t* page_table_ = nullptr;  // attention_paged's page offsets
   size_t page_table_cap_ = 0;
+  cuda::UploadTable batch_table_;    // attention_batch's segments and page offsets
+  cuda::UploadTable scatter_table_;  // scatter_rows' offsets
   // sample(): the rows (device), the ids (device, then pinned), for sample_cap_ rows.
   SampleRow* sample_rows_ = nullptr;
   int32_t* sample_out_ = nullptr;

@@ -1,4 +1,5 @@
-// Host-side helpers of cuda_common.cuh: view checks and launch shapes.
+// Host-side helpers of cuda_common.cuh: view checks, launch shapes, the workspace and upload
+// tables.
 #include <algorithm>
 
 #include "kernels/cuda/cuda_common.cuh"
@@ -76,6 +77,32 @@ void* Workspace::get(size_t bytes) {
   TANDEM_CUDA_CHECK(cudaMalloc(&ptr_, want));
   bytes_ = want;
   return ptr_;
+}
+
+UploadTable::~UploadTable() {
+  if (dev_ != nullptr) cudaFree(dev_);  // cudaFree waits for the device; nothing to do on failure
+}
+
+unsigned char* UploadTable::prepare(size_t bytes, cudaStream_t stream) {
+  if (bytes > cap_) {
+    if (dev_ != nullptr) {
+      TANDEM_CUDA_CHECK(cudaStreamSynchronize(stream));
+      TANDEM_CUDA_CHECK(cudaFree(dev_));
+    }
+    dev_ = nullptr;
+    cap_ = 0;
+    const size_t want = std::max<size_t>(bytes * 2, 4096);
+    TANDEM_CUDA_CHECK(cudaMalloc(&dev_, want));
+    cap_ = want;
+  }
+  if (host_.size() < bytes) host_.resize(bytes);
+  size_ = bytes;
+  return host_.data();
+}
+
+void UploadTable::upload(cudaStream_t stream) {
+  if (size_ > 0)
+    TANDEM_CUDA_CHECK(cudaMemcpyAsync(dev_, host_.data(), size_, cudaMemcpyHostToDevice, stream));
 }
 
 }  // namespace tandem::cuda

@@ -9,6 +9,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <vector>
 
 #include "kernels/common.h"
 #include "kernels/tensor.h"
@@ -107,6 +108,31 @@ class Workspace {
  private:
   void* ptr_ = nullptr;
   size_t bytes_ = 0;
+};
+
+// A grow-only device table that the host fills for each call of an op (segment tables, row
+// offsets): staged in a host vector, then sent with one cudaMemcpyAsync on the op's stream.
+// From pageable memory the copy returns once the bytes are staged, so the next call may refill
+// the vector at once, and its copy is ordered after this call's kernels on the stream.
+class UploadTable {
+ public:
+  UploadTable() = default;
+  UploadTable(const UploadTable&) = delete;
+  UploadTable& operator=(const UploadTable&) = delete;
+  ~UploadTable();
+  // Host staging for `bytes` bytes (contents unspecified) and a device table at least that
+  // large, whose address (device()) the staged bytes may already point into. Growing waits for
+  // `stream`, so no queued kernel still reads the old table.
+  unsigned char* prepare(size_t bytes, cudaStream_t stream);
+  unsigned char* device() const { return static_cast<unsigned char*>(dev_); }
+  // The prepared bytes to the device table, on `stream`.
+  void upload(cudaStream_t stream);
+
+ private:
+  std::vector<unsigned char> host_;
+  size_t size_ = 0;
+  void* dev_ = nullptr;
+  size_t cap_ = 0;
 };
 
 template <typename T>

@@ -15,6 +15,7 @@ std::string cuda_emulator_settings() { return {}; }
 CudaEmulatorCounters operator-(const CudaEmulatorCounters& b, const CudaEmulatorCounters& a) {
   CudaEmulatorCounters d = b;
   d.launches -= a.launches;
+  d.copies -= a.copies;
   d.h2d_bytes -= a.h2d_bytes;
   d.d2h_bytes -= a.d2h_bytes;
   d.d2d_bytes -= a.d2d_bytes;

@@ -19,6 +19,7 @@ struct CudaKernelCounters {
 
 struct CudaEmulatorCounters {
   int64_t launches = 0;  // kernels, cuBLAS calls included (one each)
+  int64_t copies = 0;    // cudaMemcpy / cudaMemcpyAsync calls that moved bytes, any direction
   int64_t h2d_bytes = 0, d2h_bytes = 0, d2d_bytes = 0, memset_bytes = 0;
   int64_t host_syncs = 0;  // calls that blocked the host on the device (sync, sync copy, free)
   double host_sync_seconds = 0.0;

@@ -101,6 +101,7 @@ static nlohmann::json emulator_json(const CudaEmulatorCounters& c, double steps)
           {"settings", cuda_emulator_settings()},
           {"per_step",
            {{"launches", per(c.launches)},
+            {"copies", per(c.copies)},
             {"h2d_bytes", per(c.h2d_bytes)},
             {"d2h_bytes", per(c.d2h_bytes)},
             {"d2d_bytes", per(c.d2d_bytes)},

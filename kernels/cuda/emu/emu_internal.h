@@ -108,7 +108,7 @@ void run_kernel(const Launch& l);
 
 // Counters (runtime.cpp).
 struct Counters {
-  std::atomic<int64_t> launches{0}, h2d{0}, d2h{0}, d2d{0}, memset{0}, host_syncs{0};
+  std::atomic<int64_t> launches{0}, copies{0}, h2d{0}, d2h{0}, d2d{0}, memset{0}, host_syncs{0};
   std::atomic<int64_t> host_sync_ns{0}, cublas_calls{0}, cublas_bytes{0};
   std::atomic<double> cublas_flops{0.0};
   std::mutex m;

@@ -912,6 +912,7 @@ cudaError_t copy(void* dst, const void* src, size_t n, cudaMemcpyKind kind, cuda
   }
   Stream* s = resolve(stream);
   Counters& c = counters();
+  c.copies.fetch_add(1);
   if (d_dev && s_dev) {
     c.d2d.fetch_add(static_cast<int64_t>(n));
     const uint64_t seq = enqueue_seq(s, [da, sa, n] {
@@ -1099,6 +1100,7 @@ CudaEmulatorCounters cuda_emulator_counters() {
   Counters& c = counters();
   CudaEmulatorCounters out;
   out.launches = c.launches.load();
+  out.copies = c.copies.load();
   out.h2d_bytes = c.h2d.load();
   out.d2h_bytes = c.d2h.load();
   out.d2d_bytes = c.d2d.load();
@@ -1128,8 +1130,8 @@ CudaEmulatorCounters cuda_emulator_counters() {
 
 void cuda_emulator_reset_counters() {
   Counters& c = counters();
-  for (auto* a : {&c.launches, &c.h2d, &c.d2h, &c.d2d, &c.memset, &c.host_syncs, &c.host_sync_ns,
-                  &c.cublas_calls, &c.cublas_bytes})
+  for (auto* a : {&c.launches, &c.copies, &c.h2d, &c.d2h, &c.d2d, &c.memset, &c.host_syncs,
+                  &c.host_sync_ns, &c.cublas_calls, &c.cublas_bytes})
     a->store(0);
   c.cublas_flops.store(0.0);
   std::lock_guard<std::mutex> l(c.m);
