@@ -95,11 +95,33 @@ class DeviceOnlyRows final : public DeviceRows {
     if (puts_.empty()) return;
     const int64_t row = b_.row_elems();
     const DType t = b_.layout.dtype;
-    // The pool is one chunk: block id's K starts id * block_bytes after block 0's.
+    const int64_t es = dtype_size(t);
+    if (!src_.k_dev.empty() && consecutive()) {
+      // The usual case, a layer of a batch: every row of the step's k and v, in order. One
+      // scatter per tensor into the pool (one chunk: block id's K starts id * block_bytes after
+      // block 0's, its V dev_kv_bytes later).
+      const int64_t s0 = puts_.front().src, n = static_cast<int64_t>(puts_.size());
+      const TensorView pool(b_.device.data(0), t,
+                            {b_.device.capacity() * b_.device.block_bytes() / es},
+                            b_.device.memory());
+      k_off_.resize(puts_.size());
+      v_off_.resize(puts_.size());
+      for (size_t i = 0; i < puts_.size(); ++i) {
+        k_off_[i] = puts_[i].dst;
+        v_off_[i] = puts_[i].dst + b_.layout.dev_kv_bytes() / es;
+      }
+      auto rows_of = [&](const TensorView& x) {
+        return x.reshape({x.dim(0), row}).slice(s0, s0 + n);
+      };
+      be_.scatter_rows(rows_of(src_.k_dev), pool, k_off_.data(), n);
+      be_.scatter_rows(rows_of(src_.v_dev), pool, v_off_.data(), n);
+      puts_.clear();
+      return;
+    }
+    // The block pool is one chunk: block id's K starts id * block_bytes after block 0's.
     const TensorView k0 = b_.dev_k(0, 1), v0 = b_.dev_v(0, 1);
     auto dst_rows = [&](const TensorView& base, int64_t at, int64_t rows) {
-      return TensorView(static_cast<uint8_t*>(base.data) + at * dtype_size(t), t, {rows, row},
-                        base.memory);
+      return TensorView(static_cast<uint8_t*>(base.data) + at * es, t, {rows, row}, base.memory);
     };
     // Runs of rows contiguous in both the source and the destination.
     for (size_t a = 0; a < puts_.size();) {
@@ -114,10 +136,11 @@ class DeviceOnlyRows final : public DeviceRows {
         be_.copy(src_.v_dev.reshape({src_.v_dev.dim(0), row}).slice(s, s + rows),
                  dst_rows(v0, d, rows));
       } else {
+        // Rows that exist only on the host (imports): converted and uploaded a run at a time.
         TANDEM_CHECK(src_.k != nullptr && src_.v != nullptr, "KV rows without a source");
-        stage_.resize(static_cast<size_t>(2 * rows * row * dtype_size(t)));
+        stage_.resize(static_cast<size_t>(2 * rows * row * es));
         uint8_t* ks = stage_.data();
-        uint8_t* vs = ks + rows * row * dtype_size(t);
+        uint8_t* vs = ks + rows * row * es;
         cpu::row_from_f32(src_.k + s * row, ks, t, rows * row);
         cpu::row_from_f32(src_.v + s * row, vs, t, rows * row);
         be_.upload(TensorView(ks, t, {rows, row}), dst_rows(k0, d, rows));
@@ -145,11 +168,18 @@ class DeviceOnlyRows final : public DeviceRows {
     int64_t dst;  // element offset of the row from block 0's K
     int64_t src;  // row of the source
   };
+  // Whether the rows put are consecutive rows of the source.
+  bool consecutive() const {
+    for (size_t i = 1; i < puts_.size(); ++i)
+      if (puts_[i].src != puts_[i - 1].src + 1) return false;
+    return true;
+  }
   Backend& be_;
   BlockAccess b_;
   RowSource src_;
   std::vector<Put> puts_;
   std::vector<uint8_t> stage_, k_, v_;
+  std::vector<int64_t> k_off_, v_off_;
 };
 
 }  // namespace

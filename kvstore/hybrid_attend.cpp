@@ -92,47 +92,38 @@ void HybridRunner::device_partials(Backend& be, int32_t layer, const TensorView&
                                    const TensorView& k, const TensorView& v,
                                    const TensorView& q_pos, const AttnPartial& out) {
   const BlockAccess& bk = sh_.blocks;
-  const float scale = sh_.shape.scale;
   const int64_t es = dtype_size(bk.layout.dtype);
   TANDEM_CHECK(!bk.device.growable() && bk.device.block_bytes() % es == 0,
                "paged device window needs one fixed chunk of whole elements");
+  // Every sequence's segments, in one call: its sinks, its window's pages (the device pool is
+  // one chunk, so block id starts id * block_bytes after block 0), its own new tokens (causal).
+  // A sequence's segments form a group merged in that order.
+  segments_.clear();
+  page_offsets_.clear();
+  for (size_t i = 0; i < seqs_.size(); ++i)
+    for (int32_t id : plan_.seqs[i].layers[static_cast<size_t>(layer)].window)
+      page_offsets_.push_back(id * (bk.device.block_bytes() / es));
+  size_t page0 = 0;
   for (size_t i = 0; i < seqs_.size(); ++i) {
     const Seq& s = seqs_[i];
     const LayerSpans& ls = plan_.seqs[i].layers[static_cast<size_t>(layer)];
-    const int64_t r = s.row0, e = s.row0 + s.n;
-    const TensorView qs = q.slice(r, e), ps = q_pos.slice(r, e);
-    const AttnPartial o{out.o.slice(r, e), out.lse.slice(r, e)};
-    bool first = true;
-    // Segments of one sequence, merged in order: the first writes out, later ones merge in.
-    auto segment = [&](auto&& run) {
-      const AttnPartial dst = first ? o : scratch(s.n);
-      run(dst);
-      if (!first) be.merge(o, dst);
-      first = false;
-    };
     // Every stored device token precedes every new query, so k_pos0 = 0 leaves them all visible.
     if (ls.sink_rows > 0)
-      segment([&](const AttnPartial& dst) {
-        be.attention(qs, bk.dev_k(ls.sink, ls.sink_rows), bk.dev_v(ls.sink, ls.sink_rows), ps, 0,
-                     scale, dst);
-      });
+      segments_.push_back(AttnSegment{s.row0, s.n, bk.dev_k(ls.sink, ls.sink_rows),
+                                      bk.dev_v(ls.sink, ls.sink_rows), KvPages{}, 0});
     if (!ls.window.empty()) {
-      // The window's blocks in one paged call: the device pool is one chunk, so block id starts
-      // id * block_bytes after block 0.
-      page_offsets_.clear();
-      for (int32_t id : ls.window) page_offsets_.push_back(id * (bk.device.block_bytes() / es));
-      const KvPages pages{page_offsets_.data(), static_cast<int64_t>(page_offsets_.size()),
+      const KvPages pages{page_offsets_.data() + page0, static_cast<int64_t>(ls.window.size()),
                           sh_.geo.block};
-      segment([&](const AttnPartial& dst) {
-        be.attention_paged(qs, bk.dev_k(0, ls.window_tokens), bk.dev_v(0, ls.window_tokens), pages,
-                           ps, 0, scale, dst);
-      });
+      page0 += ls.window.size();
+      segments_.push_back(AttnSegment{s.row0, s.n, bk.dev_k(0, ls.window_tokens),
+                                      bk.dev_v(0, ls.window_tokens), pages, 0});
     }
-    // The step's own tokens, causal.
-    segment([&](const AttnPartial& dst) {
-      be.attention(qs, k.slice(r, e), v.slice(r, e), ps, s.kv->length(), scale, dst);
-    });
+    const int64_t r = s.row0, e = s.row0 + s.n;
+    segments_.push_back(
+        AttnSegment{s.row0, s.n, k.slice(r, e), v.slice(r, e), KvPages{}, s.kv->length()});
   }
+  be.attention_batch(q, q_pos, segments_.data(), static_cast<int64_t>(segments_.size()),
+                     sh_.shape.scale, out);
 }
 
 void HybridRunner::host_partial_dense(Backend& be, const Seq& s, int32_t layer, const TensorView& q,

@@ -101,6 +101,7 @@ class HybridRunner final : public KvStepRunner {
   int64_t tmp_rows_ = 0;
   std::vector<float> q_stage_, k_stage_, v_stage_, lse_stage_, new_maw_;
   std::vector<int64_t> page_offsets_;
+  std::vector<AttnSegment> segments_;
 };
 
 }  // namespace tandem

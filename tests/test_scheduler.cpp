@@ -16,7 +16,7 @@ namespace {
 struct FakePlanner;
 
 struct FakeKv final : SequenceKv {
-  FakeKv(FakePlanner& p, int32_t cap) : planner(p), cap(cap) {}
+  FakeKv(FakePlanner& p, int32_t c) : planner(p), cap(c) {}
   ~FakeKv() override;
   int32_t length() const override { return len; }
   int32_t capacity() const override { return cap; }
@@ -28,7 +28,7 @@ struct FakeKv final : SequenceKv {
 };
 
 struct FakePlanner final : KvPlanner {
-  FakePlanner(int64_t total, int32_t block) : total(total), block(block) {}
+  FakePlanner(int64_t t, int32_t b) : total(t), block(b) {}
   int64_t blocks(int64_t tokens) const { return (tokens + block - 1) / block; }
   StepPlan plan(std::span<const PlanRequest> batch) const override {
     ++plans;
