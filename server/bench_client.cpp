@@ -17,7 +17,7 @@
 #include <sstream>
 #include <thread>
 
-#include "engine/tokenizer.h"
+#include "engine/tokenizer/tokenizer.h"
 #include "kernels/common.h"
 
 namespace tandem::bench {

@@ -12,7 +12,7 @@
 #include <set>
 #include <sstream>
 
-#include "engine/tokenizer.h"
+#include "engine/tokenizer/tokenizer.h"
 #include "kernels/common.h"
 #include "server/bench_client.h"
 #include "server/cli.h"

@@ -5,7 +5,7 @@
 #include <cmath>
 #include <limits>
 
-#include "engine/tokenizer.h"
+#include "engine/tokenizer/tokenizer.h"
 #include "server/chat_template.h"
 
 namespace tandem::openai {

@@ -12,9 +12,9 @@
 #include <string>
 #include <vector>
 
-#include "engine/tokenizer.h"
-#include "engine/tokenizer_regex.h"
-#include "engine/unicode.h"
+#include "engine/tokenizer/regex.h"
+#include "engine/tokenizer/tokenizer.h"
+#include "engine/tokenizer/unicode.h"
 #include "kernels/common.h"
 
 namespace {

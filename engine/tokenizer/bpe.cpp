@@ -1,10 +1,10 @@
-// BPE model: loading from tokenizer.json and merging words (see engine/tokenizer_bpe.h).
-#include "engine/tokenizer_bpe.h"
+// BPE model: loading from tokenizer.json and merging words (see engine/tokenizer/bpe.h).
+#include "engine/tokenizer/bpe.h"
 
 #include <nlohmann/json.hpp>
 #include <queue>
 
-#include "engine/unicode.h"
+#include "engine/tokenizer/unicode.h"
 #include "kernels/common.h"
 
 namespace tandem {

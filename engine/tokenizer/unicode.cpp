@@ -1,10 +1,10 @@
-// Unicode helpers: table lookups, UTF-8 repair and normalization (see engine/unicode.h).
-#include "engine/unicode.h"
+// Unicode helpers: table lookups, UTF-8 repair and normalization (see engine/tokenizer/unicode.h).
+#include "engine/tokenizer/unicode.h"
 
 #include <algorithm>
 #include <array>
 
-#include "engine/unicode_data.h"
+#include "engine/tokenizer/unicode_data.h"
 
 namespace tandem::unicode {
 namespace ud = unicode_data;

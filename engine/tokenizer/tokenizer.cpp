@@ -1,6 +1,6 @@
 // Tokenizer: loading tokenizer.json / tokenizer_config.json, added-token splitting, encode,
-// decode and StreamDecoder (see engine/tokenizer.h).
-#include "engine/tokenizer.h"
+// decode and StreamDecoder (see engine/tokenizer/tokenizer.h).
+#include "engine/tokenizer/tokenizer.h"
 
 #include <algorithm>
 #include <fstream>
@@ -9,9 +9,9 @@
 #include <unordered_map>
 #include <unordered_set>
 
-#include "engine/tokenizer_bpe.h"
-#include "engine/tokenizer_pipeline.h"
-#include "engine/unicode.h"
+#include "engine/tokenizer/bpe.h"
+#include "engine/tokenizer/pipeline.h"
+#include "engine/tokenizer/unicode.h"
 #include "kernels/common.h"
 
 namespace tandem {

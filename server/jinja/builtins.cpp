@@ -1,13 +1,13 @@
 // Builtins of the chat-template Jinja engine: attribute/item access, the methods of strings,
 // dicts and lists, slicing, ordering, and the global functions.
-#include "server/jinja_builtins.h"
+#include "server/jinja/builtins.h"
 
 #include <charconv>
 #include <cstring>
 #include <ctime>
 
 #include "kernels/common.h"
-#include "server/jinja_text.h"
+#include "server/jinja/text.h"
 
 namespace tandem::jinja {
 namespace {

@@ -1,11 +1,11 @@
 // Lexer of the chat-template Jinja engine: preprocessing (whitespace settings, generation
 // tags) with a line number kept per byte, then tokens, following @huggingface/jinja.
-#include "server/jinja_lexer.h"
+#include "server/jinja/lexer.h"
 
 #include <cstring>
 
 #include "kernels/common.h"
-#include "server/jinja_text.h"
+#include "server/jinja/text.h"
 
 namespace tandem::jinja {
 

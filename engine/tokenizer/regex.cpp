@@ -1,9 +1,9 @@
-// Backtracking regex over code points (see engine/tokenizer_regex.h for the dialect).
-#include "engine/tokenizer_regex.h"
+// Backtracking regex over code points (see engine/tokenizer/regex.h for the dialect).
+#include "engine/tokenizer/regex.h"
 
 #include <utility>
 
-#include "engine/unicode.h"
+#include "engine/tokenizer/unicode.h"
 #include "kernels/common.h"
 
 namespace tandem {

@@ -1,7 +1,7 @@
 // Unicode helpers for the tokenizer: UTF-8 decoding with WHATWG-style repair (every maximal
 // invalid subpart becomes one U+FFFD), general categories, ECMAScript whitespace, the four
-// normalization forms and lowercasing. Tables come from engine/unicode_data.cpp, generated from
-// Node's ICU so that categories match the JS reference tokenizer exactly.
+// normalization forms and lowercasing. Tables come from engine/tokenizer/unicode_data.cpp,
+// generated from Node's ICU so that categories match the JS reference tokenizer exactly.
 #pragma once
 
 #include <cstdint>

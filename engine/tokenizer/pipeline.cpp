@@ -1,11 +1,12 @@
-// Normalizers, pre-tokenizers and post-processors of tokenizer.json (see tokenizer_pipeline.h).
-// Where the Rust library and the JS port differ, the JS reference is followed unless noted.
-#include "engine/tokenizer_pipeline.h"
+// Normalizers, pre-tokenizers and post-processors of tokenizer.json (see
+// engine/tokenizer/pipeline.h). Where the Rust library and the JS port differ, the JS reference is
+// followed unless noted.
+#include "engine/tokenizer/pipeline.h"
 
 #include <nlohmann/json.hpp>
 
-#include "engine/tokenizer_regex.h"
-#include "engine/unicode.h"
+#include "engine/tokenizer/regex.h"
+#include "engine/tokenizer/unicode.h"
 #include "kernels/common.h"
 
 namespace tandem::tok {

@@ -1,7 +1,7 @@
 // Parser of the chat-template Jinja engine: recursive descent over the tokens, mirroring the
 // grammar and precedence of @huggingface/jinja (filters bind tighter than tests, which bind
 // tighter than arithmetic; `not` binds looser than comparisons).
-#include "server/jinja_parser.h"
+#include "server/jinja/parser.h"
 
 #include <algorithm>
 #include <charconv>

@@ -1,10 +1,10 @@
 // String helpers of the chat-template Jinja engine (Python str semantics on UTF-8).
-#include "server/jinja_text.h"
+#include "server/jinja/text.h"
 
 #include <cstdlib>
 
-#include "server/jinja_lexer.h"
-#include "server/jinja_value.h"
+#include "server/jinja/lexer.h"
+#include "server/jinja/value.h"
 
 namespace tandem::jinja {
 namespace {

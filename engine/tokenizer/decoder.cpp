@@ -1,10 +1,10 @@
 // The decoder of tokenizer.json as a per-token stage plus a streaming per-character stage, and
-// the ByteLevel byte map (see tokenizer_pipeline.h).
+// the ByteLevel byte map (see engine/tokenizer/pipeline.h).
 #include <array>
 #include <nlohmann/json.hpp>
 
-#include "engine/tokenizer_pipeline.h"
-#include "engine/unicode.h"
+#include "engine/tokenizer/pipeline.h"
+#include "engine/tokenizer/unicode.h"
 #include "kernels/common.h"
 
 namespace tandem::tok {

@@ -1,6 +1,6 @@
 // Values of the chat-template Jinja engine: construction, truthiness, equality, printing and
 // JSON serialisation with the rules of @huggingface/jinja.
-#include "server/jinja_value.h"
+#include "server/jinja/value.h"
 
 #include <algorithm>
 #include <charconv>

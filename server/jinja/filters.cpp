@@ -4,8 +4,8 @@
 #include <algorithm>
 #include <cmath>
 
-#include "server/jinja_builtins.h"
-#include "server/jinja_text.h"
+#include "server/jinja/builtins.h"
+#include "server/jinja/text.h"
 
 namespace tandem::jinja {
 namespace {

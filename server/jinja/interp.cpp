@@ -1,7 +1,7 @@
 // Interpreter of the chat-template Jinja engine: statements write into an output string,
 // expressions evaluate to Values. Scoping follows @huggingface/jinja: a `for` loop and a macro
 // call open a scope, `if` does not; `set` writes the innermost scope; namespaces are shared.
-#include "server/jinja_interp.h"
+#include "server/jinja/interp.h"
 
 #include <charconv>
 #include <cmath>
@@ -9,7 +9,7 @@
 #include <unordered_map>
 
 #include "kernels/common.h"
-#include "server/jinja_builtins.h"
+#include "server/jinja/builtins.h"
 
 namespace tandem::jinja {
 namespace {
