@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/tokenizer/tokenizer.h"
+#include "engine/tokenizer/utf8.h"
 #include "server/chat_template.h"
 #include "server/metrics.h"
 #include "server/openai_codec.h"
@@ -179,11 +180,11 @@ TEST_CASE("codec: malformed bodies", "[codec]") {
   CHECK(bad(Endpoint::kChat, "").status == 400);
   const std::string invalid_utf8 = "{\"messages\":[{\"role\":\"user\",\"content\":\"\xC3\x28\"}]}";
   CHECK(bad(Endpoint::kChat, invalid_utf8).message.find("UTF-8") != std::string::npos);
-  CHECK(valid_utf8("h\xC3\xA9llo \xF0\x9F\x98\x80"));
-  CHECK_FALSE(valid_utf8("\xC0\x80"));          // overlong
-  CHECK_FALSE(valid_utf8("\xED\xA0\x80"));      // surrogate
-  CHECK_FALSE(valid_utf8("\xF4\x90\x80\x80"));  // beyond U+10FFFF
-  CHECK_FALSE(valid_utf8("\xE2\x82"));          // truncated
+  CHECK(utf8::is_valid("h\xC3\xA9llo \xF0\x9F\x98\x80"));
+  CHECK_FALSE(utf8::is_valid("\xC0\x80"));          // overlong
+  CHECK_FALSE(utf8::is_valid("\xED\xA0\x80"));      // surrogate
+  CHECK_FALSE(utf8::is_valid("\xF4\x90\x80\x80"));  // beyond U+10FFFF
+  CHECK_FALSE(utf8::is_valid("\xE2\x82"));          // truncated
 }
 
 TEST_CASE("codec: messages are validated with their path", "[codec]") {

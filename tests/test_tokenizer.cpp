@@ -15,6 +15,7 @@
 #include "engine/tokenizer/regex.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "engine/tokenizer/unicode.h"
+#include "engine/tokenizer/utf8.h"
 #include "kernels/common.h"
 
 namespace {
@@ -26,6 +27,7 @@ using tandem::Tokenizer;
 using json = nlohmann::json;
 namespace fs = std::filesystem;
 namespace uni = tandem::unicode;
+namespace utf8 = tandem::utf8;
 
 constexpr const char* kNpmCommand = "npm ci --prefix tests/fixtures/npm --no-audit --no-fund";
 
@@ -82,11 +84,11 @@ std::string stream_decode(const Tokenizer& tok, const std::vector<int32_t>& ids,
   std::string out;
   for (int32_t id : ids) {
     const std::string piece = d.push(id);
-    *all_valid = *all_valid && uni::is_valid_utf8(piece);
+    *all_valid = *all_valid && utf8::is_valid(piece);
     out += piece;
   }
   const std::string tail = d.flush();
-  *all_valid = *all_valid && uni::is_valid_utf8(tail);
+  *all_valid = *all_valid && utf8::is_valid(tail);
   return out + tail;
 }
 
@@ -109,7 +111,7 @@ std::string tiny_bytelevel_json(bool pair_merges) {
   for (int b = 0; b < 256; ++b) {
     std::string s;
     const bool printable = (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE;
-    uni::append_utf8(s, static_cast<char32_t>(printable ? b : 256 + extra++));
+    utf8::append(s, static_cast<char32_t>(printable ? b : 256 + extra++));
     vocab[s] = id++;
   }
   vocab["he"] = id++;
@@ -257,7 +259,7 @@ TEST_CASE("StreamDecoder emits only complete UTF-8 and concatenates to decode()"
           INFO(target.name << " ids " << show(ids));
           CHECK(valid);
           CHECK(streamed == tok.decode(ids, skip));
-          CHECK(uni::is_valid_utf8(streamed));
+          CHECK(utf8::is_valid(streamed));
         }
       }
     }
@@ -278,8 +280,8 @@ TEST_CASE("invalid UTF-8 input is repaired, never crashes", "[tokenizer]") {
     std::mt19937 rng(7);
     for (int i = 0; i < 2000; ++i) noise.push_back(static_cast<char>(rng() & 0xFF));
     const auto ids = tok.encode(noise);
-    CHECK(tok.encode(uni::repair_utf8(noise)) == ids);
-    CHECK(uni::is_valid_utf8(tok.decode(ids)));
+    CHECK(tok.encode(utf8::repair(noise)) == ids);
+    CHECK(utf8::is_valid(tok.decode(ids)));
   }
 }
 
@@ -359,9 +361,9 @@ TEST_CASE("unicode helpers", "[tokenizer][unicode]") {
         "\xC3\xA4"
         "bc\xCF\x83");
 
-  CHECK(uni::repair_utf8("a\xF0\x9F\x98") == "a\xEF\xBF\xBD");
-  CHECK(uni::repair_utf8("\xE0\x80\x80") == "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD");
-  uni::Utf8Repairer r;
+  CHECK(utf8::repair("a\xF0\x9F\x98") == "a\xEF\xBF\xBD");
+  CHECK(utf8::repair("\xE0\x80\x80") == "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD");
+  utf8::Repairer r;
   std::string out;
   r.feed("\xF0\x9F", out);
   CHECK(out.empty());
@@ -381,10 +383,10 @@ TEST_CASE("unicode helpers", "[tokenizer][unicode]") {
 TEST_CASE("regex engine", "[tokenizer][regex]") {
   const auto all = [](const char* pattern, const std::string& text) {
     const tandem::Regex re = tandem::Regex::compile(pattern);
-    const std::vector<char32_t> cps = uni::code_points(text);
+    const std::vector<char32_t> cps = utf8::code_points(text);
     std::vector<std::string> out;
     for (const auto& [b, e] : re.find_all(cps.data(), cps.size())) {
-      out.push_back(uni::to_utf8(std::vector<char32_t>(cps.begin() + b, cps.begin() + e)));
+      out.push_back(utf8::encode(std::span<const char32_t>(cps.data() + b, cps.data() + e)));
     }
     return out;
   };

@@ -4,7 +4,7 @@
 #include <nlohmann/json.hpp>
 #include <queue>
 
-#include "engine/tokenizer/unicode.h"
+#include "engine/tokenizer/utf8.h"
 #include "kernels/common.h"
 
 namespace tandem {
@@ -163,7 +163,7 @@ void BpeModel::merge_word(std::string_view word, std::vector<int32_t>& out) cons
   std::string piece;
   for (size_t pos = 0; pos < word.size();) {
     const size_t begin = pos;
-    unicode::next_code_point(word, pos);
+    utf8::next(word, pos);
     piece.clear();
     if (begin > 0) piece += prefix_;
     piece.append(word.substr(begin, pos - begin));

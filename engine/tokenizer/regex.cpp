@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "engine/tokenizer/unicode.h"
+#include "engine/tokenizer/utf8.h"
 #include "kernels/common.h"
 
 namespace tandem {
@@ -126,7 +127,7 @@ struct Regex::Cont {
 class Regex::Parser {
  public:
   Parser(Regex& re, std::string_view pattern)
-      : re_(re), pattern_(pattern), cps_(unicode::code_points(pattern)) {}
+      : re_(re), pattern_(pattern), cps_(utf8::code_points(pattern)) {}
 
   int parse() {
     const int head = parse_alt(false);
@@ -399,10 +400,10 @@ class Regex::Parser {
         std::string name;
         if (peek() == '{') {
           ++pos_;
-          while (peek() != '}') unicode::append_utf8(name, take());
+          while (peek() != '}') utf8::append(name, take());
           ++pos_;
         } else {
-          unicode::append_utf8(name, take());
+          utf8::append(name, take());
         }
         const uint32_t mask = property_mask(name);
         if (mask == 0) fail("unsupported Unicode property \\p{" + name + "}");
@@ -472,7 +473,7 @@ Regex Regex::literal(std::string_view text) {
   Regex re;
   re.pattern_ = std::string(text);
   int tail = -1;
-  for (char32_t c : unicode::code_points(text)) {
+  for (char32_t c : utf8::code_points(text)) {
     CharSet s;
     s.items.push_back({Item::kRange, false, c, c});
     re.sets_.push_back(std::move(s));
