@@ -1,672 +1,179 @@
-// Parser of the chat-template Jinja engine: recursive descent over the tokens, mirroring the
-// grammar and precedence of @huggingface/jinja (filters bind tighter than tests, which bind
-// tighter than arithmetic; `not` binds looser than comparisons).
+// Parser of the chat-template Jinja engine, statements: recursive descent over the tokens,
+// mirroring @huggingface/jinja ({% if %}, {% for %}, {% set %}, macros, call and filter blocks).
+// Expressions are server/jinja/parser_expr.cpp.
 #include "server/jinja/parser.h"
 
-#include <algorithm>
-#include <charconv>
-#include <cstdlib>
-#include <initializer_list>
+#include "server/jinja/parser_state.h"
 
 namespace tandem::jinja {
-namespace {
 
-// Deeper nesting than this is rejected instead of overflowing the stack (while parsing,
-// evaluating or destroying the tree).
-constexpr int kMaxParseDepth = 256;
-constexpr int kMaxExprHeight = 512;
-
-class Parser {
- public:
-  explicit Parser(const std::vector<Token>& tokens) : t_(tokens) {}
-
-  std::vector<NodePtr> run() {
-    std::vector<NodePtr> body;
-    while (pos_ < t_.size()) {
-      if (NodePtr n = parse_any()) body.push_back(std::move(n));
-    }
-    return body;
-  }
-
- private:
-  // Guards recursion depth for nested expressions and blocks.
-  struct DepthGuard {
-    Parser* p;
-    explicit DepthGuard(Parser* parser) : p(parser) {
-      if (++p->depth_ > kMaxParseDepth) p->fail("template nested too deeply");
-    }
-    ~DepthGuard() { --p->depth_; }
-  };
-
-  int line() const {
-    if (pos_ < t_.size()) return t_[pos_].line;
-    return t_.empty() ? 1 : t_.back().line;
-  }
-  [[noreturn]] void fail(const std::string& msg) const { syntax_error(line(), msg); }
-
-  bool at_end() const { return pos_ >= t_.size(); }
-  bool is(TokType type, size_t ahead = 0) const {
-    return pos_ + ahead < t_.size() && t_[pos_ + ahead].type == type;
-  }
-  bool is_ident(const char* name, size_t ahead = 0) const {
-    return is(TokType::kIdentifier, ahead) && t_[pos_ + ahead].value == name;
-  }
-  bool is_statement(std::initializer_list<const char*> names) const {
-    if (!is(TokType::kOpenStatement) || !is(TokType::kIdentifier, 1)) return false;
-    for (const char* n : names) {
-      if (t_[pos_ + 1].value == n) return true;
-    }
-    return false;
-  }
-  static const char* describe(TokType type) {
-    switch (type) {
-      case TokType::kCloseStatement:
-        return "'%}'";
-      case TokType::kCloseExpression:
-        return "'}}'";
-      case TokType::kCloseParen:
-        return "')'";
-      case TokType::kCloseBracket:
-        return "']'";
-      case TokType::kColon:
-        return "':'";
-      case TokType::kOpenParen:
-        return "'('";
-      case TokType::kIdentifier:
-        return "a name";
-      default:
-        return "a token";
-    }
-  }
-  const Token& expect(TokType type, const char* what) {
-    if (at_end()) fail(std::string("unexpected end of template, expected ") + what);
-    if (t_[pos_].type != type) {
-      fail(std::string("expected ") + what + ", got '" + t_[pos_].value + "'");
-    }
-    return t_[pos_++];
-  }
-  void expect_ident(const char* name) {
-    if (!is_ident(name)) {
-      if (at_end()) fail(std::string("unexpected end of template, expected '") + name + "'");
-      fail(std::string("expected '") + name + "', got '" + t_[pos_].value + "'");
-    }
-    ++pos_;
-  }
-  // Sets n's height from its children; rejects chains long enough to threaten the stack.
-  NodePtr checked(NodePtr n) {
-    int h = 0;
-    for (const NodePtr* c : {&n->a, &n->b, &n->c, &n->d}) {
-      if (*c) h = std::max(h, (*c)->height);
-    }
-    for (const NodePtr& c : n->items) {
-      if (c) h = std::max(h, c->height);
-    }
-    for (const Arg& arg : n->args) {
-      if (arg.value) h = std::max(h, arg.value->height);
-    }
-    n->height = h + 1;
-    if (n->height > kMaxExprHeight)
-      syntax_error(n->line, "expression too long or nested too deeply");
-    return n;
-  }
-
-  NodePtr make(NodeKind kind, int at_line) {
-    auto n = std::make_unique<Node>();
-    n->kind = kind;
-    n->line = at_line;
-    return n;
-  }
-
-  // ---- statements ---------------------------------------------------------------------
-
-  NodePtr parse_any() {
-    const Token& tok = t_[pos_];
-    switch (tok.type) {
-      case TokType::kComment:
-        ++pos_;
-        return nullptr;
-      case TokType::kText: {
-        NodePtr n = make(NodeKind::kText, tok.line);
-        n->name = tok.value;
-        ++pos_;
-        return n;
-      }
-      case TokType::kOpenStatement:
-        return parse_statement();
-      case TokType::kOpenExpression: {
-        ++pos_;
-        NodePtr n = make(NodeKind::kOutput, tok.line);
-        n->a = parse_expression();
-        expect(TokType::kCloseExpression, "'}}'");
-        return n;
-      }
-      default:
-        fail("unexpected '" + tok.value + "'");
-    }
-  }
-
-  // Parses statements until one of `names` opens a tag (not consumed).
-  std::vector<NodePtr> parse_block(std::initializer_list<const char*> names, const char* end) {
-    DepthGuard guard(this);
-    std::vector<NodePtr> body;
-    while (!is_statement(names)) {
-      if (at_end()) fail(std::string("unexpected end of template, expected {% ") + end + " %}");
-      if (NodePtr n = parse_any()) body.push_back(std::move(n));
-    }
-    return body;
-  }
-
-  void expect_end(const char* name) {
-    expect(TokType::kOpenStatement, "'{%'");
-    expect_ident(name);
-    expect(TokType::kCloseStatement, "'%}'");
-  }
-
-  NodePtr parse_statement() {
-    const int start_line = line();
-    ++pos_;  // {%
-    if (!is(TokType::kIdentifier)) fail("expected a statement name after '{%'");
-    const std::string name = t_[pos_++].value;
-    if (name == "set") return parse_set(start_line);
-    if (name == "if") {
-      NodePtr n = parse_if(start_line);
-      expect_end("endif");
-      return n;
-    }
-    if (name == "for") {
-      NodePtr n = parse_for(start_line);
-      expect_end("endfor");
-      return n;
-    }
-    if (name == "macro") {
-      NodePtr n = make(NodeKind::kMacro, start_line);
-      n->name = expect(TokType::kIdentifier, "a macro name").value;
-      n->args = parse_args(/*parameters=*/true);
-      expect(TokType::kCloseStatement, "'%}'");
-      n->body = parse_block({"endmacro"}, "endmacro");
-      expect_end("endmacro");
-      return n;
-    }
-    if (name == "call") {
-      NodePtr n = make(NodeKind::kCallBlock, start_line);
-      if (is(TokType::kOpenParen)) n->args = parse_args(/*parameters=*/true);
-      NodePtr callee = make(NodeKind::kName, line());
-      callee->name = expect(TokType::kIdentifier, "a macro name").value;
-      NodePtr call = make(NodeKind::kCall, start_line);
-      call->a = std::move(callee);
-      call->args = parse_args(/*parameters=*/false);
-      n->a = std::move(call);
-      expect(TokType::kCloseStatement, "'%}'");
-      n->body = parse_block({"endcall"}, "endcall");
-      expect_end("endcall");
-      return n;
-    }
-    if (name == "filter") {
-      NodePtr n = make(NodeKind::kFilterBlock, start_line);
-      n->name = expect(TokType::kIdentifier, "a filter name").value;
-      if (is(TokType::kOpenParen)) n->args = parse_args(/*parameters=*/false);
-      expect(TokType::kCloseStatement, "'%}'");
-      n->body = parse_block({"endfilter"}, "endfilter");
-      expect_end("endfilter");
-      return n;
-    }
-    if (name == "break" || name == "continue") {
-      expect(TokType::kCloseStatement, "'%}'");
-      return make(name == "break" ? NodeKind::kBreak : NodeKind::kContinue, start_line);
-    }
-    fail("unknown statement '" + name + "'");
-  }
-
-  NodePtr parse_set(int start_line) {
-    NodePtr target = parse_expression_sequence(/*primary=*/false);
-    if (target->kind != NodeKind::kName && target->kind != NodeKind::kTuple &&
-        target->kind != NodeKind::kAttr) {
-      fail("invalid target of set");
-    }
-    if (is(TokType::kEquals)) {
+NodePtr Parser::parse_any() {
+  const Token& tok = t_[pos_];
+  switch (tok.type) {
+    case TokType::kComment:
       ++pos_;
-      NodePtr n = make(NodeKind::kSet, start_line);
-      n->a = std::move(target);
-      n->b = parse_expression_sequence(/*primary=*/false);
-      expect(TokType::kCloseStatement, "'%}'");
+      return nullptr;
+    case TokType::kText: {
+      NodePtr n = make(NodeKind::kText, tok.line);
+      n->name = tok.value;
+      ++pos_;
       return n;
     }
-    expect(TokType::kCloseStatement, "'%}' or '='");
-    NodePtr n = make(NodeKind::kSetBlock, start_line);
+    case TokType::kOpenStatement:
+      return parse_statement();
+    case TokType::kOpenExpression: {
+      ++pos_;
+      NodePtr n = make(NodeKind::kOutput, tok.line);
+      n->a = parse_expression();
+      expect(TokType::kCloseExpression, "'}}'");
+      return n;
+    }
+    default:
+      fail("unexpected '" + tok.value + "'");
+  }
+}
+
+// Parses statements until one of `names` opens a tag (not consumed).
+std::vector<NodePtr> Parser::parse_block(std::initializer_list<const char*> names,
+                                         const char* end) {
+  DepthGuard guard(this);
+  std::vector<NodePtr> body;
+  while (!is_statement(names)) {
+    if (at_end()) fail(std::string("unexpected end of template, expected {% ") + end + " %}");
+    if (NodePtr n = parse_any()) body.push_back(std::move(n));
+  }
+  return body;
+}
+
+void Parser::expect_end(const char* name) {
+  expect(TokType::kOpenStatement, "'{%'");
+  expect_ident(name);
+  expect(TokType::kCloseStatement, "'%}'");
+}
+
+NodePtr Parser::parse_statement() {
+  const int start_line = line();
+  ++pos_;  // {%
+  if (!is(TokType::kIdentifier)) fail("expected a statement name after '{%'");
+  const std::string name = t_[pos_++].value;
+  if (name == "set") return parse_set(start_line);
+  if (name == "if") {
+    NodePtr n = parse_if(start_line);
+    expect_end("endif");
+    return n;
+  }
+  if (name == "for") {
+    NodePtr n = parse_for(start_line);
+    expect_end("endfor");
+    return n;
+  }
+  if (name == "macro") {
+    NodePtr n = make(NodeKind::kMacro, start_line);
+    n->name = expect(TokType::kIdentifier, "a macro name").value;
+    n->args = parse_args(/*parameters=*/true);
+    expect(TokType::kCloseStatement, "'%}'");
+    n->body = parse_block({"endmacro"}, "endmacro");
+    expect_end("endmacro");
+    return n;
+  }
+  if (name == "call") {
+    NodePtr n = make(NodeKind::kCallBlock, start_line);
+    if (is(TokType::kOpenParen)) n->args = parse_args(/*parameters=*/true);
+    NodePtr callee = make(NodeKind::kName, line());
+    callee->name = expect(TokType::kIdentifier, "a macro name").value;
+    NodePtr call = make(NodeKind::kCall, start_line);
+    call->a = std::move(callee);
+    call->args = parse_args(/*parameters=*/false);
+    n->a = std::move(call);
+    expect(TokType::kCloseStatement, "'%}'");
+    n->body = parse_block({"endcall"}, "endcall");
+    expect_end("endcall");
+    return n;
+  }
+  if (name == "filter") {
+    NodePtr n = make(NodeKind::kFilterBlock, start_line);
+    n->name = expect(TokType::kIdentifier, "a filter name").value;
+    if (is(TokType::kOpenParen)) n->args = parse_args(/*parameters=*/false);
+    expect(TokType::kCloseStatement, "'%}'");
+    n->body = parse_block({"endfilter"}, "endfilter");
+    expect_end("endfilter");
+    return n;
+  }
+  if (name == "break" || name == "continue") {
+    expect(TokType::kCloseStatement, "'%}'");
+    return make(name == "break" ? NodeKind::kBreak : NodeKind::kContinue, start_line);
+  }
+  fail("unknown statement '" + name + "'");
+}
+
+NodePtr Parser::parse_set(int start_line) {
+  NodePtr target = parse_expression_sequence(/*primary=*/false);
+  if (target->kind != NodeKind::kName && target->kind != NodeKind::kTuple &&
+      target->kind != NodeKind::kAttr) {
+    fail("invalid target of set");
+  }
+  if (is(TokType::kEquals)) {
+    ++pos_;
+    NodePtr n = make(NodeKind::kSet, start_line);
     n->a = std::move(target);
-    n->body = parse_block({"endset"}, "endset");
-    expect_end("endset");
-    return n;
-  }
-
-  // After `{% if` / `{% elif`: test, body, and the elif/else chain; not the endif.
-  NodePtr parse_if(int start_line) {
-    NodePtr n = make(NodeKind::kIf, start_line);
-    n->a = parse_expression();
+    n->b = parse_expression_sequence(/*primary=*/false);
     expect(TokType::kCloseStatement, "'%}'");
-    n->body = parse_block({"elif", "else", "endif"}, "endif");
-    if (is_statement({"elif"})) {
-      const int elif_line = line();
-      pos_ += 2;
-      DepthGuard guard(this);
-      n->else_body.push_back(parse_if(elif_line));
-    } else if (is_statement({"else"})) {
-      pos_ += 2;
-      expect(TokType::kCloseStatement, "'%}'");
-      n->else_body = parse_block({"endif"}, "endif");
-    }
     return n;
   }
+  expect(TokType::kCloseStatement, "'%}' or '='");
+  NodePtr n = make(NodeKind::kSetBlock, start_line);
+  n->a = std::move(target);
+  n->body = parse_block({"endset"}, "endset");
+  expect_end("endset");
+  return n;
+}
 
-  NodePtr parse_for(int start_line) {
-    NodePtr n = make(NodeKind::kFor, start_line);
-    n->a = parse_expression_sequence(/*primary=*/true);
-    if (n->a->kind == NodeKind::kTuple) {
-      for (const NodePtr& item : n->a->items) {
-        if (item->kind != NodeKind::kName) fail("expected names as loop variables");
-      }
-    } else if (n->a->kind != NodeKind::kName) {
-      fail("expected a name as loop variable");
-    }
-    expect_ident("in");
-    NodePtr iterable = parse_expression();
-    if (iterable->kind == NodeKind::kSelect) {  // for x in xs if cond
-      n->b = std::move(iterable->b);
-      n->c = std::move(iterable->a);
-    } else {
-      n->b = std::move(iterable);
-    }
+// After `{% if` / `{% elif`: test, body, and the elif/else chain; not the endif.
+NodePtr Parser::parse_if(int start_line) {
+  NodePtr n = make(NodeKind::kIf, start_line);
+  n->a = parse_expression();
+  expect(TokType::kCloseStatement, "'%}'");
+  n->body = parse_block({"elif", "else", "endif"}, "endif");
+  if (is_statement({"elif"})) {
+    const int elif_line = line();
+    pos_ += 2;
+    DepthGuard guard(this);
+    n->else_body.push_back(parse_if(elif_line));
+  } else if (is_statement({"else"})) {
+    pos_ += 2;
     expect(TokType::kCloseStatement, "'%}'");
-    n->body = parse_block({"endfor", "else"}, "endfor");
-    if (is_statement({"else"})) {
-      pos_ += 2;
-      expect(TokType::kCloseStatement, "'%}'");
-      n->else_body = parse_block({"endfor"}, "endfor");
-    }
-    return n;
+    n->else_body = parse_block({"endif"}, "endif");
   }
+  return n;
+}
 
-  // ---- expressions --------------------------------------------------------------------
-
-  NodePtr parse_expression_sequence(bool primary) {
-    const int start_line = line();
-    NodePtr first = primary ? parse_primary() : parse_expression();
-    if (!is(TokType::kComma)) return first;
-    NodePtr tuple = make(NodeKind::kTuple, start_line);
-    tuple->items.push_back(std::move(first));
-    while (is(TokType::kComma)) {
-      ++pos_;
-      tuple->items.push_back(primary ? parse_primary() : parse_expression());
+NodePtr Parser::parse_for(int start_line) {
+  NodePtr n = make(NodeKind::kFor, start_line);
+  n->a = parse_expression_sequence(/*primary=*/true);
+  if (n->a->kind == NodeKind::kTuple) {
+    for (const NodePtr& item : n->a->items) {
+      if (item->kind != NodeKind::kName) fail("expected names as loop variables");
     }
-    return checked(std::move(tuple));
+  } else if (n->a->kind != NodeKind::kName) {
+    fail("expected a name as loop variable");
   }
-
-  NodePtr parse_expression() {
-    DepthGuard guard(this);
-    const int start_line = line();
-    NodePtr value = parse_or();
-    if (!is_ident("if")) return value;
-    ++pos_;
-    NodePtr test = parse_or();
-    if (is_ident("else")) {
-      ++pos_;
-      NodePtr n = make(NodeKind::kTernary, start_line);
-      n->a = std::move(test);
-      n->b = std::move(value);
-      n->c = parse_expression();
-      return checked(std::move(n));
-    }
-    NodePtr n = make(NodeKind::kSelect, start_line);
-    n->a = std::move(test);
-    n->b = std::move(value);
-    return checked(std::move(n));
+  expect_ident("in");
+  NodePtr iterable = parse_expression();
+  if (iterable->kind == NodeKind::kSelect) {  // for x in xs if cond
+    n->b = std::move(iterable->b);
+    n->c = std::move(iterable->a);
+  } else {
+    n->b = std::move(iterable);
   }
-
-  NodePtr binary(std::string op, NodePtr a, NodePtr b, int at_line) {
-    NodePtr n = make(NodeKind::kBinary, at_line);
-    n->name = std::move(op);
-    n->a = std::move(a);
-    n->b = std::move(b);
-    return checked(std::move(n));
+  expect(TokType::kCloseStatement, "'%}'");
+  n->body = parse_block({"endfor", "else"}, "endfor");
+  if (is_statement({"else"})) {
+    pos_ += 2;
+    expect(TokType::kCloseStatement, "'%}'");
+    n->else_body = parse_block({"endfor"}, "endfor");
   }
-
-  NodePtr parse_or() {
-    NodePtr left = parse_and();
-    while (is_ident("or")) {
-      const int l = line();
-      ++pos_;
-      left = binary("or", std::move(left), parse_and(), l);
-    }
-    return left;
-  }
-
-  NodePtr parse_and() {
-    NodePtr left = parse_not();
-    while (is_ident("and")) {
-      const int l = line();
-      ++pos_;
-      left = binary("and", std::move(left), parse_not(), l);
-    }
-    return left;
-  }
-
-  NodePtr parse_not() {
-    if (is_ident("not")) {
-      DepthGuard guard(this);
-      NodePtr n = make(NodeKind::kUnary, line());
-      ++pos_;
-      n->name = "not";
-      n->a = parse_not();
-      return checked(std::move(n));
-    }
-    return parse_comparison();
-  }
-
-  NodePtr parse_comparison() {
-    NodePtr left = parse_additive();
-    while (true) {
-      const int l = line();
-      std::string op;
-      if (is_ident("not") && is_ident("in", 1)) {
-        op = "not in";
-        pos_ += 2;
-      } else if (is_ident("in")) {
-        op = "in";
-        ++pos_;
-      } else if (is(TokType::kComparison)) {
-        op = t_[pos_++].value;
-      } else {
-        break;
-      }
-      left = binary(std::move(op), std::move(left), parse_additive(), l);
-    }
-    return left;
-  }
-
-  NodePtr parse_additive() {
-    NodePtr left = parse_multiplicative();
-    while (is(TokType::kAdditive)) {
-      const int l = line();
-      std::string op = t_[pos_++].value;
-      left = binary(std::move(op), std::move(left), parse_multiplicative(), l);
-    }
-    return left;
-  }
-
-  NodePtr parse_multiplicative() {
-    NodePtr left = parse_power();
-    while (is(TokType::kMultiplicative)) {
-      const int l = line();
-      std::string op = t_[pos_++].value;
-      left = binary(std::move(op), std::move(left), parse_power(), l);
-    }
-    return left;
-  }
-
-  NodePtr parse_power() {
-    NodePtr left = parse_test();
-    while (is(TokType::kPower)) {
-      const int l = line();
-      ++pos_;
-      left = binary("**", std::move(left), parse_test(), l);
-    }
-    return left;
-  }
-
-  NodePtr parse_test() {
-    NodePtr operand = parse_filter();
-    while (is_ident("is")) {
-      NodePtr n = make(NodeKind::kTest, line());
-      ++pos_;
-      if (is_ident("not")) {
-        n->negate = true;
-        ++pos_;
-      }
-      n->name = expect(TokType::kIdentifier, "a test name").value;
-      if (is(TokType::kOpenParen)) {
-        n->args = parse_args(/*parameters=*/false);
-      } else if (bare_test_argument_follows()) {  // Jinja2: `x is divisibleby 3`
-        Arg arg;
-        arg.value = parse_postfix(parse_primary());
-        n->args.push_back(std::move(arg));
-      }
-      n->a = std::move(operand);
-      operand = checked(std::move(n));
-    }
-    return operand;
-  }
-
-  // Jinja2 takes one argument without parentheses after a test name when a literal, a name
-  // (other than and/or/else and the like) or a list/dict follows.
-  bool bare_test_argument_follows() const {
-    if (is(TokType::kString) || is(TokType::kNumber) || is(TokType::kOpenBracket) ||
-        is(TokType::kOpenBrace)) {
-      return true;
-    }
-    if (!is(TokType::kIdentifier)) return false;
-    for (const char* kw : {"and", "or", "else", "if", "in", "is", "not"}) {
-      if (t_[pos_].value == kw) return false;
-    }
-    return true;
-  }
-
-  NodePtr parse_filter() {
-    NodePtr operand = parse_unary();
-    while (is(TokType::kPipe)) {
-      NodePtr n = make(NodeKind::kFilter, line());
-      ++pos_;
-      n->name = expect(TokType::kIdentifier, "a filter name").value;
-      if (is(TokType::kOpenParen)) n->args = parse_args(/*parameters=*/false);
-      n->a = std::move(operand);
-      operand = checked(std::move(n));
-    }
-    return operand;
-  }
-
-  NodePtr parse_unary() {
-    if ((is(TokType::kUnary) || is(TokType::kAdditive)) &&
-        (t_[pos_].value == "-" || t_[pos_].value == "+")) {
-      DepthGuard guard(this);
-      NodePtr n = make(NodeKind::kUnary, line());
-      n->name = t_[pos_++].value;
-      n->a = parse_unary();
-      return checked(std::move(n));
-    }
-    return parse_postfix(parse_primary());
-  }
-
-  // Member access, subscripts, slices and calls after a primary expression.
-  NodePtr parse_postfix(NodePtr node) {
-    while (true) {
-      const int l = line();
-      if (is(TokType::kDot)) {
-        ++pos_;
-        if (!is(TokType::kIdentifier) && !is(TokType::kNumber)) fail("expected a name after '.'");
-        NodePtr n = make(NodeKind::kAttr, l);
-        n->name = t_[pos_++].value;
-        n->a = std::move(node);
-        node = checked(std::move(n));
-      } else if (is(TokType::kOpenBracket)) {
-        ++pos_;
-        node = checked(parse_subscript(std::move(node), l));
-      } else if (is(TokType::kOpenParen)) {
-        NodePtr n = make(NodeKind::kCall, l);
-        n->a = std::move(node);
-        n->args = parse_args(/*parameters=*/false);
-        node = checked(std::move(n));
-      } else {
-        return node;
-      }
-    }
-  }
-
-  // After '[': an index or a slice [start:stop:step]; consumes ']'.
-  NodePtr parse_subscript(NodePtr object, int l) {
-    std::vector<NodePtr> parts;
-    bool is_slice = false;
-    while (!is(TokType::kCloseBracket)) {
-      if (at_end()) fail("unexpected end of template, expected ']'");
-      if (is(TokType::kColon)) {
-        parts.push_back(nullptr);
-        ++pos_;
-        is_slice = true;
-      } else {
-        parts.push_back(parse_expression());
-        if (is(TokType::kColon)) {
-          ++pos_;
-          is_slice = true;
-        }
-      }
-    }
-    ++pos_;  // ]
-    if (parts.empty()) fail("expected an index or a slice inside '[]'");
-    if (!is_slice) {
-      NodePtr n = make(NodeKind::kIndex, l);
-      n->a = std::move(object);
-      n->b = std::move(parts[0]);
-      return n;
-    }
-    if (parts.size() > 3) fail("a slice takes at most 3 parts");
-    NodePtr n = make(NodeKind::kSlice, l);
-    n->a = std::move(object);
-    parts.resize(3);
-    n->b = std::move(parts[0]);
-    n->c = std::move(parts[1]);
-    n->d = std::move(parts[2]);
-    return n;
-  }
-
-  std::vector<Arg> parse_args(bool parameters) {
-    expect(TokType::kOpenParen, "'('");
-    std::vector<Arg> args;
-    while (!is(TokType::kCloseParen)) {
-      if (at_end()) fail("unexpected end of template, expected ')'");
-      Arg arg;
-      if (!parameters && is(TokType::kPower)) {
-        ++pos_;
-        arg.spread = 2;
-        arg.value = parse_expression();
-      } else if (!parameters && is(TokType::kMultiplicative) && t_[pos_].value == "*") {
-        ++pos_;
-        arg.spread = 1;
-        arg.value = parse_expression();
-      } else {
-        NodePtr e = parse_expression();
-        if (is(TokType::kEquals)) {
-          ++pos_;
-          if (e->kind != NodeKind::kName) fail("expected a name before '='");
-          arg.name = e->name;
-          arg.value = parse_expression();
-        } else if (parameters) {
-          if (e->kind != NodeKind::kName) fail("expected a parameter name");
-          arg.name = e->name;
-        } else {
-          arg.value = std::move(e);
-        }
-      }
-      args.push_back(std::move(arg));
-      if (is(TokType::kComma)) {
-        ++pos_;
-      } else if (!is(TokType::kCloseParen)) {
-        if (at_end()) fail("unexpected end of template, expected ')'");
-        fail("expected ',' or ')', got '" + t_[pos_].value + "'");
-      }
-    }
-    ++pos_;  // )
-    return args;
-  }
-
-  NodePtr parse_primary() {
-    if (at_end()) fail("unexpected end of template in an expression");
-    DepthGuard guard(this);
-    const Token& tok = t_[pos_++];
-    switch (tok.type) {
-      case TokType::kNumber: {
-        NodePtr n = make(NodeKind::kLiteral, tok.line);
-        if (tok.value.find_first_of(".eE") != std::string::npos) {
-          n->literal = Value::from_float(std::strtod(tok.value.c_str(), nullptr));
-        } else {
-          int64_t v = 0;
-          const char* b = tok.value.c_str();
-          const char* e = b + tok.value.size();
-          if (*b == '+') ++b;
-          const auto res = std::from_chars(b, e, v);
-          n->literal = res.ec == std::errc() ? Value::from_int(v)
-                                             : Value::from_float(std::strtod(b, nullptr));
-        }
-        return n;
-      }
-      case TokType::kString: {
-        NodePtr n = make(NodeKind::kLiteral, tok.line);
-        std::string s = tok.value;
-        while (is(TokType::kString)) s += t_[pos_++].value;
-        n->literal = Value::from_string(std::move(s));
-        return n;
-      }
-      case TokType::kIdentifier: {
-        NodePtr n = make(NodeKind::kLiteral, tok.line);
-        if (tok.value == "true" || tok.value == "True") {
-          n->literal = Value::from_bool(true);
-        } else if (tok.value == "false" || tok.value == "False") {
-          n->literal = Value::from_bool(false);
-        } else if (tok.value == "none" || tok.value == "None") {
-          n->literal = Value::none();
-        } else {
-          n->kind = NodeKind::kName;
-          n->name = tok.value;
-        }
-        return n;
-      }
-      case TokType::kOpenParen: {
-        if (is(TokType::kCloseParen)) {
-          ++pos_;
-          return make(NodeKind::kTuple, tok.line);
-        }
-        NodePtr e = parse_expression_sequence(/*primary=*/false);
-        expect(TokType::kCloseParen, "')'");
-        return e;
-      }
-      case TokType::kOpenBracket: {
-        NodePtr n = make(NodeKind::kList, tok.line);
-        while (!is(TokType::kCloseBracket)) {
-          if (at_end()) fail("unexpected end of template, expected ']'");
-          n->items.push_back(parse_expression());
-          if (is(TokType::kComma)) {
-            ++pos_;
-          } else if (!is(TokType::kCloseBracket)) {
-            fail("expected ',' or ']' in a list");
-          }
-        }
-        ++pos_;
-        return checked(std::move(n));
-      }
-      case TokType::kOpenBrace: {
-        NodePtr n = make(NodeKind::kDict, tok.line);
-        while (!is(TokType::kCloseBrace)) {
-          if (at_end()) fail("unexpected end of template, expected '}'");
-          n->items.push_back(parse_expression());
-          expect(TokType::kColon, "':'");
-          n->items.push_back(parse_expression());
-          if (is(TokType::kComma)) {
-            ++pos_;
-          } else if (!is(TokType::kCloseBrace)) {
-            fail("expected ',' or '}' in a dict");
-          }
-        }
-        ++pos_;
-        return checked(std::move(n));
-      }
-      default:
-        syntax_error(tok.line, "unexpected '" + tok.value + "' in an expression");
-    }
-  }
-
-  const std::vector<Token>& t_;
-  size_t pos_ = 0;
-  int depth_ = 0;
-};
-
-}  // namespace
+  return n;
+}
 
 std::vector<NodePtr> parse_template(const std::vector<Token>& tokens) {
   return Parser(tokens).run();
