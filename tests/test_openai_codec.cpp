@@ -2,6 +2,7 @@
 // (templates, tokenization, context limits), and the wire format of responses (SSE chunks, full
 // bodies, logprobs, usage, errors).
 #include <catch2/catch.hpp>
+#include <chrono>
 #include <nlohmann/json.hpp>
 
 #include "engine/tokenizer/tokenizer.h"
@@ -388,6 +389,27 @@ TEST_CASE("codec: engine errors become error objects", "[codec]") {
   CHECK(objs[0]["error"]["type"] == "server_error");
   REQUIRE(s.error());
   CHECK(s.error()->status == 500);
+}
+
+TEST_CASE("codec: text the tokenizer's regex cannot finish is a 400, not a hang", "[codec]") {
+  // A tokenizer.json whose Split pattern backtracks exponentially on "aaa...a!".
+  const Tokenizer tok = Tokenizer::from_json_text(R"({
+    "pre_tokenizer": {"type": "Split", "pattern": {"Regex": "(a|aa)+$"}, "behavior": "Isolated",
+                      "invert": false},
+    "model": {"type": "BPE", "vocab": {"a": 0, "!": 1}, "merges": []}})");
+  ModelInfo m = model_info();
+  m.tokenizer = &tok;
+  const std::string prompt = std::string(60, 'a') + "!";
+  const auto t0 = std::chrono::steady_clock::now();
+  auto p = plan_request(ok(Endpoint::kCompletions, R"({"prompt": ")" + prompt + R"("})"), m);
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  REQUIRE(std::holds_alternative<ApiError>(p));
+  const ApiError& e = std::get<ApiError>(p);
+  INFO(e.message);
+  CHECK(e.status == 400);
+  CHECK(e.param == "prompt");
+  CHECK(e.message.find("could not be tokenized") != std::string::npos);
+  CHECK(took < 5.0);
 }
 
 TEST_CASE("codec: models list", "[codec]") {

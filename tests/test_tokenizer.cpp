@@ -2,6 +2,7 @@
 // Llama-2, Llama-3, Qwen3), StreamDecoder invariants, bad files, invalid UTF-8, and unit tests of
 // the Unicode helpers and the regex engine.
 #include <catch2/catch.hpp>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -324,10 +325,10 @@ TEST_CASE("bad tokenizer files give tandem::Error naming the file", "[tokenizer]
   write_file(tj, R"({"model": {"type": "BPE", "vocab": {"a": "zero"}, "merges": []}})");
   expect_error([&] { Tokenizer::load(dir); }, ErrorKind::kInvalidArgument, tj.string());
 
-  write_file(tj, R"({"pre_tokenizer": {"type": "Split", "pattern": {"Regex": "\\p{Han}+"},
+  write_file(tj, R"({"pre_tokenizer": {"type": "Split", "pattern": {"Regex": "\\p{NoSuchScript}+"},
                      "behavior": "Isolated", "invert": false},
                     "model": {"type": "BPE", "vocab": {"a": 0}, "merges": []}})");
-  expect_error([&] { Tokenizer::load(dir); }, ErrorKind::kUnsupported, "Han");
+  expect_error([&] { Tokenizer::load(dir); }, ErrorKind::kUnsupported, "NoSuchScript");
 
   write_file(tj, R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": []}})");
   write_file(dir / "tokenizer_config.json", "{oops");
@@ -400,7 +401,96 @@ TEST_CASE("regex engine", "[tokenizer][regex]") {
   CHECK(all("(?:ab)+c|b", "ababcb") == V{"ababc", "b"});
   CHECK(all("x(?=y)", "xxy") == V{"x"});
   CHECK(all("[\\x{41}-\\x{43}]+", "ABCD") == V{"ABC"});
-  CHECK(all("\\u0041.", "AbA\n") == V{"Ab"});
-  CHECK_THROWS_AS(tandem::Regex::compile("(?<name>a)"), Error);
-  CHECK_THROWS_AS(tandem::Regex::compile("a\\b"), Error);
+  CHECK(all("\\u0041.", "AbA\n") == V{"Ab"});          // Oniguruma's \uHHHH
+  CHECK(all("\\\\u0041", "\\u0041") == V{"\\u0041"});  // an escaped backslash stays one
+  // Oniguruma syntax beyond the old engine's subset works, as in the Rust library.
+  CHECK(all("(?<w>a)\\b|\\p{Han}+", "a ab \xE4\xB8\xAD\xE6\x96\x87") ==
+        V{"a", "\xE4\xB8\xAD\xE6\x96\x87"});
+  // Oniguruma semantics (the Rust reference), not ECMAScript's: \s has U+0085 and lacks U+FEFF,
+  // and (?i:) folds with Unicode case folding (long s folds to s).
+  CHECK(all("\\s+",
+            "a\xC2\x85"
+            "b") == V{"\xC2\x85"});
+  CHECK(all("\\s+",
+            "a\xEF\xBB\xBF"
+            "b")
+            .empty());
+  CHECK(all("(?i:'s)", "'S '\xC5\xBF") == V{"'S", "'\xC5\xBF"});
+  // An empty match right after a match is skipped, as the Rust iterator does.
+  const tandem::Regex star = tandem::Regex::compile("a*");
+  const std::vector<char32_t> baa = utf8::code_points("baa");
+  CHECK(star.find_all(baa.data(), baa.size()) ==
+        std::vector<std::pair<size_t, size_t>>{{0, 0}, {1, 3}});
+  CHECK(all("a.c", "a.c abc") == V{"a.c", "abc"});
+  const tandem::Regex lit = tandem::Regex::literal("a.c");
+  const std::vector<char32_t> abc = utf8::code_points("abc a.c");
+  CHECK(lit.find_all(abc.data(), abc.size()) == std::vector<std::pair<size_t, size_t>>{{4, 7}});
+  CHECK_THROWS_AS(tandem::Regex::compile("(a"), Error);
+  CHECK_THROWS_AS(tandem::Regex::compile("\\p{NoSuchProperty}"), Error);
+}
+
+namespace {
+
+// A byte-level tokenizer whose Split pre-tokenizer has `pattern`.
+Tokenizer tokenizer_with_split(const std::string& pattern) {
+  json tj = json::parse(tiny_bytelevel_json(false));
+  tj["pre_tokenizer"] = {
+      {"type", "Sequence"},
+      {"pretokenizers",
+       json::array({{{"type", "Split"},
+                     {"pattern", {{"Regex", pattern}}},
+                     {"behavior", "Isolated"},
+                     {"invert", false}},
+                    {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}})}};
+  return Tokenizer::from_json_text(tj.dump());
+}
+
+template <typename F>
+double seconds_of(F&& f) {
+  const auto t0 = std::chrono::steady_clock::now();
+  f();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+TEST_CASE("user text that exhausts the regex step limit fails fast with kInvalidArgument",
+          "[tokenizer][regex]") {
+  // Nested quantifiers backtrack exponentially on a run of 'a' that cannot reach the end: 2^60
+  // paths, years without a limit. The match limit stops the first search.
+  const Tokenizer tok = tokenizer_with_split("(a|aa)+$");
+  CHECK_NOTHROW(tok.encode(std::string(60, 'a')));  // fast where the pattern matches
+  const std::string evil = std::string(60, 'a') + "!";
+  ErrorKind kind = ErrorKind::kInternal;
+  std::string message;
+  const double took = seconds_of([&] {
+    try {
+      tok.encode(evil);
+    } catch (const Error& e) {
+      kind = e.kind();
+      message = e.what();
+    }
+  });
+  INFO(message);
+  CHECK(kind == ErrorKind::kInvalidArgument);
+  CHECK(message.find("step limit") != std::string::npos);
+  CHECK(took < 5.0);
+
+  // A pattern that is quadratic only across searches (each search is short, each scans the rest
+  // of the text) is stopped by the time budget of the whole find_all.
+  tandem::Regex quad = tandem::Regex::compile("\\s*x|\\s");
+  quad.set_limits({.match_limit = 10'000'000, .seconds = 0.05, .seconds_per_char = 0});
+  const std::vector<char32_t> spaces(200'000, U' ');
+  std::string quad_message;
+  const double quad_took = seconds_of([&] {
+    try {
+      quad.find_all(spaces.data(), spaces.size());
+    } catch (const Error& e) {
+      CHECK(e.kind() == ErrorKind::kInvalidArgument);
+      quad_message = e.what();
+    }
+  });
+  INFO(quad_message);
+  CHECK(quad_message.find("time budget") != std::string::npos);
+  CHECK(quad_took < 5.0);
 }

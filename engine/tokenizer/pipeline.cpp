@@ -1,6 +1,6 @@
 // Normalizers, pre-tokenizers and post-processors of tokenizer.json (see
 // engine/tokenizer/pipeline.h). Where the Rust library and the JS port differ, the JS reference is
-// followed unless noted.
+// followed unless noted; regexes follow the Rust library (engine/tokenizer/regex.h).
 #include "engine/tokenizer/pipeline.h"
 
 #include <nlohmann/json.hpp>
@@ -278,7 +278,7 @@ class SplitPreTokenizer final : public PreTokenizer {
   bool invert_;
 };
 
-// The pattern of ByteLevel's use_regex, as the JS reference writes it.
+// The pattern of ByteLevel's use_regex (GPT-2's), as both references write it.
 constexpr std::string_view kGpt2Pattern =
     "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
 
