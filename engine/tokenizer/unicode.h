@@ -11,7 +11,7 @@
 
 namespace tandem::unicode {
 
-// General category; the order is shared with scripts/gen_tokenizer_fixtures.mjs.
+// General category; the order is shared with scripts/gen_unicode_tables.mjs.
 enum class Gc : uint8_t {
   kCn,
   kLu,
