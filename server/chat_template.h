@@ -1,6 +1,6 @@
 // Chat templates: the Jinja `chat_template` of a model's tokenizer_config.json, parsed once and
 // rendered per request with the messages, tools and flags the OpenAI request carries. The Jinja
-// engine (server/jinja_*) follows @huggingface/jinja, which the tests compare against on the
+// engine (server/jinja/) follows @huggingface/jinja, which the tests compare against on the
 // real templates of Llama 3, Qwen 2.5/3, Gemma 3, DeepSeek V3 and hand-transcribed others.
 #pragma once
 

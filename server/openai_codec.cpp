@@ -1,12 +1,11 @@
-// The OpenAI codec, request side: JSON bodies to validated requests, then to GenerationRequests
-// (chat template, tokenizer, context checks). The response side is in openai_encoder.cpp.
+// The OpenAI codec, request side: errors, and JSON bodies to validated ApiRequests. Turning those
+// into GenerationRequests is openai_plan.cpp; the response side is openai_encoder.cpp.
 #include "server/openai_codec.h"
 
 #include <cmath>
 #include <limits>
 
-#include "engine/tokenizer.h"
-#include "server/chat_template.h"
+#include "engine/tokenizer/utf8.h"
 
 namespace tandem::openai {
 
@@ -61,44 +60,6 @@ std::string error_json(const ApiError& e) {
 }
 
 std::string sse_error(const ApiError& e) { return "data: " + error_json(e) + "\n\n"; }
-
-bool valid_utf8(std::string_view s) {
-  size_t i = 0;
-  const size_t n = s.size();
-  while (i < n) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    if (c < 0x80) {
-      ++i;
-      continue;
-    }
-    int len = 0;
-    uint32_t cp = 0;
-    if (c >= 0xC2 && c <= 0xDF) {
-      len = 2;
-      cp = c & 0x1F;
-    } else if (c >= 0xE0 && c <= 0xEF) {
-      len = 3;
-      cp = c & 0x0F;
-    } else if (c >= 0xF0 && c <= 0xF4) {
-      len = 4;
-      cp = c & 0x07;
-    } else {
-      return false;  // a continuation byte, an overlong lead (C0/C1) or beyond U+10FFFF (F5+)
-    }
-    if (i + len > n) return false;
-    for (int k = 1; k < len; ++k) {
-      const auto cc = static_cast<unsigned char>(s[i + k]);
-      if ((cc & 0xC0) != 0x80) return false;
-      cp = (cp << 6) | (cc & 0x3F);
-    }
-    // Overlong forms, UTF-16 surrogates and code points past U+10FFFF are not UTF-8.
-    if ((len == 3 && cp < 0x800) || (len == 4 && (cp < 0x10000 || cp > 0x10FFFF)) ||
-        (cp >= 0xD800 && cp <= 0xDFFF))
-      return false;
-    i += len;
-  }
-  return true;
-}
 
 namespace {
 
@@ -338,7 +299,7 @@ void parse_sampling(Reader& r, ApiRequest& out) {
 std::variant<ApiRequest, ApiError> parse_request(Endpoint endpoint, std::string_view body_text,
                                                  const SamplingParams& defaults,
                                                  const CodecLimits& limits) {
-  if (!valid_utf8(body_text)) return invalid_request("the request body is not valid UTF-8");
+  if (!utf8::is_valid(body_text)) return invalid_request("the request body is not valid UTF-8");
   ojson body;
   try {
     body = ojson::parse(body_text);
@@ -411,96 +372,6 @@ std::variant<ApiRequest, ApiError> parse_request(Endpoint endpoint, std::string_
                                " sequences per request"),
                            "n");
   return out;
-}
-
-std::variant<Plan, ApiError> plan_request(const ApiRequest& req, const ModelInfo& model) {
-  if (!req.model.empty() && req.model != model.served_name) {
-    ApiError e = invalid_request(cat("The model '", req.model, "' does not exist"), "model");
-    e.status = 404;
-    e.code = "model_not_found";
-    return e;
-  }
-  const Tokenizer& tok = *model.tokenizer;
-  const bool chat = req.endpoint == Endpoint::kChat;
-  const char* param = chat ? "messages" : "prompt";
-  Plan plan;
-  if (chat) {
-    if (!model.chat_template) return invalid_request("this model has no chat template", param);
-    ojson ctx = req.template_kwargs;
-    ctx["messages"] = req.messages;
-    ctx["add_generation_prompt"] = req.add_generation_prompt;
-    if (!req.tools.is_null()) ctx["tools"] = req.tools;
-    PreparedPrompt p;
-    try {
-      p.text = model.chat_template->render(ctx);
-    } catch (const std::exception& e) {
-      return invalid_request(cat("the chat template failed: ", e.what()), param);
-    }
-    // The template writes BOS itself where the model wants one (as HF apply_chat_template).
-    p.ids = tok.encode(p.text, /*add_special=*/false, /*parse_special=*/true);
-    plan.prompts.push_back(std::move(p));
-  } else {
-    const int32_t vocab = tok.vocab_size();
-    for (size_t i = 0; i < req.prompts.size(); ++i) {
-      const PromptInput& in = req.prompts[i];
-      PreparedPrompt p;
-      if (in.is_ids) {
-        for (int32_t id : in.ids)
-          if (id >= vocab)
-            return invalid_request(
-                cat("token id ", id, " is out of range (vocabulary size ", vocab, ")"), param);
-        p.ids = in.ids;
-        p.text = tok.decode(p.ids, /*skip_special=*/true);
-      } else {
-        p.text = in.text;
-        p.ids = tok.encode(in.text, /*add_special=*/true, /*parse_special=*/true);
-      }
-      plan.prompts.push_back(std::move(p));
-    }
-  }
-
-  for (const PreparedPrompt& p : plan.prompts) {
-    const int64_t len = static_cast<int64_t>(p.ids.size());
-    if (len == 0) return invalid_request("the prompt is empty (no tokens)", param);
-    if (len >= model.max_model_len) {
-      ApiError e = invalid_request(cat("This model's maximum context length is ",
-                                       model.max_model_len, " tokens. However, your prompt has ",
-                                       len, " tokens, which leaves no room for the completion."),
-                                   param);
-      e.code = "context_length_exceeded";
-      return e;
-    }
-    if (req.max_tokens && len + *req.max_tokens > model.max_model_len) {
-      ApiError e = invalid_request(
-          cat("This model's maximum context length is ", model.max_model_len,
-              " tokens. However, you requested ", len + *req.max_tokens, " tokens (", len,
-              " in the prompt, ", *req.max_tokens, " for the completion)."),
-          "max_tokens");
-      e.code = "context_length_exceeded";
-      return e;
-    }
-  }
-
-  std::string chat_echo;
-  if (chat && req.echo && !req.messages.empty() && req.messages.back()["role"] == "assistant")
-    chat_echo = req.messages.back()["content"].get<std::string>();
-  for (const PreparedPrompt& p : plan.prompts) {
-    const int32_t len = static_cast<int32_t>(p.ids.size());
-    for (int32_t j = 0; j < req.n; ++j) {
-      GenerationRequest g;
-      g.prompt = p.ids;
-      g.sampling = req.sampling;
-      if (req.sampling.seed) g.sampling.seed = *req.sampling.seed + static_cast<uint64_t>(j);
-      g.max_tokens = req.max_tokens ? *req.max_tokens : model.max_model_len - len;
-      g.stop = req.stop;
-      g.stop_ids = req.stop_token_ids;
-      g.ignore_eos = req.ignore_eos;
-      g.top_logprobs = req.logprobs ? req.top_logprobs : -1;
-      plan.choices.push_back(std::move(g));
-      plan.echo.push_back(!req.echo ? std::string() : chat ? chat_echo : p.text);
-    }
-  }
-  return plan;
 }
 
 std::string models_json(const std::string& served_name, int64_t created, int32_t max_model_len) {

@@ -58,8 +58,6 @@ std::string sse_error(const ApiError& e);   // one SSE frame carrying the error 
 
 // Serialises JSON for the wire: invalid UTF-8 (a partial token) becomes U+FFFD instead of throwing.
 std::string dump(const nlohmann::ordered_json& j);
-// True when s is well-formed UTF-8 (no overlongs, surrogates or code points above U+10FFFF).
-bool valid_utf8(std::string_view s);
 
 // One completions prompt: text or token ids.
 struct PromptInput {

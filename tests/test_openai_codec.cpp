@@ -2,9 +2,11 @@
 // (templates, tokenization, context limits), and the wire format of responses (SSE chunks, full
 // bodies, logprobs, usage, errors).
 #include <catch2/catch.hpp>
+#include <chrono>
 #include <nlohmann/json.hpp>
 
-#include "engine/tokenizer.h"
+#include "engine/tokenizer/tokenizer.h"
+#include "engine/tokenizer/utf8.h"
 #include "server/chat_template.h"
 #include "server/metrics.h"
 #include "server/openai_codec.h"
@@ -179,11 +181,11 @@ TEST_CASE("codec: malformed bodies", "[codec]") {
   CHECK(bad(Endpoint::kChat, "").status == 400);
   const std::string invalid_utf8 = "{\"messages\":[{\"role\":\"user\",\"content\":\"\xC3\x28\"}]}";
   CHECK(bad(Endpoint::kChat, invalid_utf8).message.find("UTF-8") != std::string::npos);
-  CHECK(valid_utf8("h\xC3\xA9llo \xF0\x9F\x98\x80"));
-  CHECK_FALSE(valid_utf8("\xC0\x80"));          // overlong
-  CHECK_FALSE(valid_utf8("\xED\xA0\x80"));      // surrogate
-  CHECK_FALSE(valid_utf8("\xF4\x90\x80\x80"));  // beyond U+10FFFF
-  CHECK_FALSE(valid_utf8("\xE2\x82"));          // truncated
+  CHECK(utf8::is_valid("h\xC3\xA9llo \xF0\x9F\x98\x80"));
+  CHECK_FALSE(utf8::is_valid("\xC0\x80"));          // overlong
+  CHECK_FALSE(utf8::is_valid("\xED\xA0\x80"));      // surrogate
+  CHECK_FALSE(utf8::is_valid("\xF4\x90\x80\x80"));  // beyond U+10FFFF
+  CHECK_FALSE(utf8::is_valid("\xE2\x82"));          // truncated
 }
 
 TEST_CASE("codec: messages are validated with their path", "[codec]") {
@@ -387,6 +389,27 @@ TEST_CASE("codec: engine errors become error objects", "[codec]") {
   CHECK(objs[0]["error"]["type"] == "server_error");
   REQUIRE(s.error());
   CHECK(s.error()->status == 500);
+}
+
+TEST_CASE("codec: text the tokenizer's regex cannot finish is a 400, not a hang", "[codec]") {
+  // A tokenizer.json whose Split pattern backtracks exponentially on "aaa...a!".
+  const Tokenizer tok = Tokenizer::from_json_text(R"({
+    "pre_tokenizer": {"type": "Split", "pattern": {"Regex": "(a|aa)+$"}, "behavior": "Isolated",
+                      "invert": false},
+    "model": {"type": "BPE", "vocab": {"a": 0, "!": 1}, "merges": []}})");
+  ModelInfo m = model_info();
+  m.tokenizer = &tok;
+  const std::string prompt = std::string(60, 'a') + "!";
+  const auto t0 = std::chrono::steady_clock::now();
+  auto p = plan_request(ok(Endpoint::kCompletions, R"({"prompt": ")" + prompt + R"("})"), m);
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  REQUIRE(std::holds_alternative<ApiError>(p));
+  const ApiError& e = std::get<ApiError>(p);
+  INFO(e.message);
+  CHECK(e.status == 400);
+  CHECK(e.param == "prompt");
+  CHECK(e.message.find("could not be tokenized") != std::string::npos);
+  CHECK(took < 5.0);
 }
 
 TEST_CASE("codec: models list", "[codec]") {

@@ -5,7 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/scheduler.h"
-#include "engine/tokenizer.h"
+#include "engine/tokenizer/tokenizer.h"
 
 using namespace tandem;
 

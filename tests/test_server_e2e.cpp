@@ -25,7 +25,7 @@
 #include <sstream>
 #include <thread>
 
-#include "engine/tokenizer.h"
+#include "engine/tokenizer/tokenizer.h"
 #include "test_helpers.h"
 #include "tests/server_process.h"
 

@@ -2,6 +2,7 @@
 // Llama-2, Llama-3, Qwen3), StreamDecoder invariants, bad files, invalid UTF-8, and unit tests of
 // the Unicode helpers and the regex engine.
 #include <catch2/catch.hpp>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -12,9 +13,10 @@
 #include <string>
 #include <vector>
 
-#include "engine/tokenizer.h"
-#include "engine/tokenizer_regex.h"
-#include "engine/unicode.h"
+#include "engine/tokenizer/regex.h"
+#include "engine/tokenizer/tokenizer.h"
+#include "engine/tokenizer/unicode.h"
+#include "engine/tokenizer/utf8.h"
 #include "kernels/common.h"
 
 namespace {
@@ -26,6 +28,7 @@ using tandem::Tokenizer;
 using json = nlohmann::json;
 namespace fs = std::filesystem;
 namespace uni = tandem::unicode;
+namespace utf8 = tandem::utf8;
 
 constexpr const char* kNpmCommand = "npm ci --prefix tests/fixtures/npm --no-audit --no-fund";
 
@@ -82,11 +85,11 @@ std::string stream_decode(const Tokenizer& tok, const std::vector<int32_t>& ids,
   std::string out;
   for (int32_t id : ids) {
     const std::string piece = d.push(id);
-    *all_valid = *all_valid && uni::is_valid_utf8(piece);
+    *all_valid = *all_valid && utf8::is_valid(piece);
     out += piece;
   }
   const std::string tail = d.flush();
-  *all_valid = *all_valid && uni::is_valid_utf8(tail);
+  *all_valid = *all_valid && utf8::is_valid(tail);
   return out + tail;
 }
 
@@ -109,7 +112,7 @@ std::string tiny_bytelevel_json(bool pair_merges) {
   for (int b = 0; b < 256; ++b) {
     std::string s;
     const bool printable = (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE;
-    uni::append_utf8(s, static_cast<char32_t>(printable ? b : 256 + extra++));
+    utf8::append(s, static_cast<char32_t>(printable ? b : 256 + extra++));
     vocab[s] = id++;
   }
   vocab["he"] = id++;
@@ -257,7 +260,7 @@ TEST_CASE("StreamDecoder emits only complete UTF-8 and concatenates to decode()"
           INFO(target.name << " ids " << show(ids));
           CHECK(valid);
           CHECK(streamed == tok.decode(ids, skip));
-          CHECK(uni::is_valid_utf8(streamed));
+          CHECK(utf8::is_valid(streamed));
         }
       }
     }
@@ -278,8 +281,8 @@ TEST_CASE("invalid UTF-8 input is repaired, never crashes", "[tokenizer]") {
     std::mt19937 rng(7);
     for (int i = 0; i < 2000; ++i) noise.push_back(static_cast<char>(rng() & 0xFF));
     const auto ids = tok.encode(noise);
-    CHECK(tok.encode(uni::repair_utf8(noise)) == ids);
-    CHECK(uni::is_valid_utf8(tok.decode(ids)));
+    CHECK(tok.encode(utf8::repair(noise)) == ids);
+    CHECK(utf8::is_valid(tok.decode(ids)));
   }
 }
 
@@ -322,10 +325,10 @@ TEST_CASE("bad tokenizer files give tandem::Error naming the file", "[tokenizer]
   write_file(tj, R"({"model": {"type": "BPE", "vocab": {"a": "zero"}, "merges": []}})");
   expect_error([&] { Tokenizer::load(dir); }, ErrorKind::kInvalidArgument, tj.string());
 
-  write_file(tj, R"({"pre_tokenizer": {"type": "Split", "pattern": {"Regex": "\\p{Han}+"},
+  write_file(tj, R"({"pre_tokenizer": {"type": "Split", "pattern": {"Regex": "\\p{NoSuchScript}+"},
                      "behavior": "Isolated", "invert": false},
                     "model": {"type": "BPE", "vocab": {"a": 0}, "merges": []}})");
-  expect_error([&] { Tokenizer::load(dir); }, ErrorKind::kUnsupported, "Han");
+  expect_error([&] { Tokenizer::load(dir); }, ErrorKind::kUnsupported, "NoSuchScript");
 
   write_file(tj, R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": []}})");
   write_file(dir / "tokenizer_config.json", "{oops");
@@ -359,9 +362,9 @@ TEST_CASE("unicode helpers", "[tokenizer][unicode]") {
         "\xC3\xA4"
         "bc\xCF\x83");
 
-  CHECK(uni::repair_utf8("a\xF0\x9F\x98") == "a\xEF\xBF\xBD");
-  CHECK(uni::repair_utf8("\xE0\x80\x80") == "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD");
-  uni::Utf8Repairer r;
+  CHECK(utf8::repair("a\xF0\x9F\x98") == "a\xEF\xBF\xBD");
+  CHECK(utf8::repair("\xE0\x80\x80") == "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD");
+  utf8::Repairer r;
   std::string out;
   r.feed("\xF0\x9F", out);
   CHECK(out.empty());
@@ -381,10 +384,10 @@ TEST_CASE("unicode helpers", "[tokenizer][unicode]") {
 TEST_CASE("regex engine", "[tokenizer][regex]") {
   const auto all = [](const char* pattern, const std::string& text) {
     const tandem::Regex re = tandem::Regex::compile(pattern);
-    const std::vector<char32_t> cps = uni::code_points(text);
+    const std::vector<char32_t> cps = utf8::code_points(text);
     std::vector<std::string> out;
     for (const auto& [b, e] : re.find_all(cps.data(), cps.size())) {
-      out.push_back(uni::to_utf8(std::vector<char32_t>(cps.begin() + b, cps.begin() + e)));
+      out.push_back(utf8::encode(std::span<const char32_t>(cps.data() + b, cps.data() + e)));
     }
     return out;
   };
@@ -398,7 +401,96 @@ TEST_CASE("regex engine", "[tokenizer][regex]") {
   CHECK(all("(?:ab)+c|b", "ababcb") == V{"ababc", "b"});
   CHECK(all("x(?=y)", "xxy") == V{"x"});
   CHECK(all("[\\x{41}-\\x{43}]+", "ABCD") == V{"ABC"});
-  CHECK(all("\\u0041.", "AbA\n") == V{"Ab"});
-  CHECK_THROWS_AS(tandem::Regex::compile("(?<name>a)"), Error);
-  CHECK_THROWS_AS(tandem::Regex::compile("a\\b"), Error);
+  CHECK(all("\\u0041.", "AbA\n") == V{"Ab"});          // Oniguruma's \uHHHH
+  CHECK(all("\\\\u0041", "\\u0041") == V{"\\u0041"});  // an escaped backslash stays one
+  // Oniguruma syntax beyond the old engine's subset works, as in the Rust library.
+  CHECK(all("(?<w>a)\\b|\\p{Han}+", "a ab \xE4\xB8\xAD\xE6\x96\x87") ==
+        V{"a", "\xE4\xB8\xAD\xE6\x96\x87"});
+  // Oniguruma semantics (the Rust reference), not ECMAScript's: \s has U+0085 and lacks U+FEFF,
+  // and (?i:) folds with Unicode case folding (long s folds to s).
+  CHECK(all("\\s+",
+            "a\xC2\x85"
+            "b") == V{"\xC2\x85"});
+  CHECK(all("\\s+",
+            "a\xEF\xBB\xBF"
+            "b")
+            .empty());
+  CHECK(all("(?i:'s)", "'S '\xC5\xBF") == V{"'S", "'\xC5\xBF"});
+  // An empty match right after a match is skipped, as the Rust iterator does.
+  const tandem::Regex star = tandem::Regex::compile("a*");
+  const std::vector<char32_t> baa = utf8::code_points("baa");
+  CHECK(star.find_all(baa.data(), baa.size()) ==
+        std::vector<std::pair<size_t, size_t>>{{0, 0}, {1, 3}});
+  CHECK(all("a.c", "a.c abc") == V{"a.c", "abc"});
+  const tandem::Regex lit = tandem::Regex::literal("a.c");
+  const std::vector<char32_t> abc = utf8::code_points("abc a.c");
+  CHECK(lit.find_all(abc.data(), abc.size()) == std::vector<std::pair<size_t, size_t>>{{4, 7}});
+  CHECK_THROWS_AS(tandem::Regex::compile("(a"), Error);
+  CHECK_THROWS_AS(tandem::Regex::compile("\\p{NoSuchProperty}"), Error);
+}
+
+namespace {
+
+// A byte-level tokenizer whose Split pre-tokenizer has `pattern`.
+Tokenizer tokenizer_with_split(const std::string& pattern) {
+  json tj = json::parse(tiny_bytelevel_json(false));
+  tj["pre_tokenizer"] = {
+      {"type", "Sequence"},
+      {"pretokenizers",
+       json::array({{{"type", "Split"},
+                     {"pattern", {{"Regex", pattern}}},
+                     {"behavior", "Isolated"},
+                     {"invert", false}},
+                    {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}})}};
+  return Tokenizer::from_json_text(tj.dump());
+}
+
+template <typename F>
+double seconds_of(F&& f) {
+  const auto t0 = std::chrono::steady_clock::now();
+  f();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+TEST_CASE("user text that exhausts the regex step limit fails fast with kInvalidArgument",
+          "[tokenizer][regex]") {
+  // Nested quantifiers backtrack exponentially on a run of 'a' that cannot reach the end: 2^60
+  // paths, years without a limit. The match limit stops the first search.
+  const Tokenizer tok = tokenizer_with_split("(a|aa)+$");
+  CHECK_NOTHROW(tok.encode(std::string(60, 'a')));  // fast where the pattern matches
+  const std::string evil = std::string(60, 'a') + "!";
+  ErrorKind kind = ErrorKind::kInternal;
+  std::string message;
+  const double took = seconds_of([&] {
+    try {
+      tok.encode(evil);
+    } catch (const Error& e) {
+      kind = e.kind();
+      message = e.what();
+    }
+  });
+  INFO(message);
+  CHECK(kind == ErrorKind::kInvalidArgument);
+  CHECK(message.find("step limit") != std::string::npos);
+  CHECK(took < 5.0);
+
+  // A pattern that is quadratic only across searches (each search is short, each scans the rest
+  // of the text) is stopped by the time budget of the whole find_all.
+  tandem::Regex quad = tandem::Regex::compile("\\s*x|\\s");
+  quad.set_limits({.match_limit = 10'000'000, .seconds = 0.05, .seconds_per_char = 0});
+  const std::vector<char32_t> spaces(200'000, U' ');
+  std::string quad_message;
+  const double quad_took = seconds_of([&] {
+    try {
+      quad.find_all(spaces.data(), spaces.size());
+    } catch (const Error& e) {
+      CHECK(e.kind() == ErrorKind::kInvalidArgument);
+      quad_message = e.what();
+    }
+  });
+  INFO(quad_message);
+  CHECK(quad_message.find("time budget") != std::string::npos);
+  CHECK(quad_took < 5.0);
 }

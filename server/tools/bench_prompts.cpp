@@ -5,7 +5,7 @@
 #include <iterator>
 #include <random>
 
-#include "engine/tokenizer.h"
+#include "engine/tokenizer/tokenizer.h"
 #include "kernels/common.h"
 #include "server/tools/bench_client.h"
 

@@ -5,7 +5,7 @@
 #include <optional>
 #include <sstream>
 
-#include "engine/tokenizer.h"
+#include "engine/tokenizer/tokenizer.h"
 #include "kernels/common.h"
 #include "server/tools/bench_client.h"
 #include "server/tools/bench_http.h"

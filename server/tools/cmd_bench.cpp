@@ -13,7 +13,7 @@
 #include <memory>
 #include <sstream>
 
-#include "engine/tokenizer.h"
+#include "engine/tokenizer/tokenizer.h"
 #include "kernels/common.h"
 #include "server/tools/bench_client.h"
 #include "server/tools/commands.h"

@@ -9,7 +9,7 @@
 #include <sstream>
 
 #include "engine/sampler.h"
-#include "engine/tokenizer.h"
+#include "engine/tokenizer/tokenizer.h"
 #include "kvstore/kv_store.h"
 #include "models/model.h"
 #include "server/options.h"

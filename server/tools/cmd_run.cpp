@@ -4,7 +4,7 @@
 #include <random>
 
 #include "engine/generate.h"
-#include "engine/tokenizer.h"
+#include "engine/tokenizer/tokenizer.h"
 #include "kvstore/kv_store.h"
 #include "server/options.h"
 #include "server/tools/commands.h"

@@ -15,7 +15,7 @@
 #include <thread>
 
 #include "engine/engine.h"
-#include "engine/tokenizer.h"
+#include "engine/tokenizer/tokenizer.h"
 #include "kvstore/kv_store.h"
 #include "server/chat_template.h"
 #include "server/http_server.h"

@@ -1,10 +1,10 @@
 // The decoder of tokenizer.json as a per-token stage plus a streaming per-character stage, and
-// the ByteLevel byte map (see tokenizer_pipeline.h).
+// the ByteLevel byte map (see engine/tokenizer/pipeline.h).
 #include <array>
 #include <nlohmann/json.hpp>
 
-#include "engine/tokenizer_pipeline.h"
-#include "engine/unicode.h"
+#include "engine/tokenizer/pipeline.h"
+#include "engine/tokenizer/utf8.h"
 #include "kernels/common.h"
 
 namespace tandem::tok {
@@ -15,8 +15,8 @@ namespace {
 
 // bytes_to_unicode() of GPT-2: printable bytes map to themselves, the other 68 to U+0100...
 struct ByteMap {
-  std::array<std::string, 256> utf8;
-  std::array<int16_t, 324> byte_of;  // indexed by code point (all mapped ones are < 324)
+  std::array<std::string, 256> text;  // the UTF-8 of each byte's code point
+  std::array<int16_t, 324> byte_of;   // indexed by code point (all mapped ones are < 324)
   ByteMap() {
     byte_of.fill(-1);
     int extra = 0;
@@ -24,7 +24,7 @@ struct ByteMap {
       const bool printable = (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE;
       const char32_t c =
           printable ? static_cast<char32_t>(b) : static_cast<char32_t>(256 + extra++);
-      unicode::append_utf8(utf8[b], c);
+      utf8::append(text[b], c);
       byte_of[c] = static_cast<int16_t>(b);
     }
   }
@@ -47,7 +47,7 @@ int int_or(const json& j, const char* key, int fallback) {
 
 // The single code point of s, or fails.
 char32_t single_char(const std::string& s, const std::string& where, const char* what) {
-  const std::vector<char32_t> cps = unicode::code_points(s);
+  const std::vector<char32_t> cps = utf8::code_points(s);
   TANDEM_REQUIRE(cps.size() == 1, kUnsupported, where, ": decoder ", what, " '", s,
                  "' must be one character");
   return cps[0];
@@ -83,7 +83,7 @@ void replace_all(std::string& s, const std::string& from, const std::string& to)
 
 }  // namespace
 
-const std::string& byte_to_unicode_utf8(uint8_t b) { return byte_map().utf8[b]; }
+const std::string& byte_to_unicode_utf8(uint8_t b) { return byte_map().text[b]; }
 
 int unicode_to_byte(char32_t c) { return c < 324 ? byte_map().byte_of[c] : -1; }
 
@@ -122,7 +122,7 @@ void DecoderPlan::add(const json& j, const std::string& where) {
     } else {
       CharStep c{CharStep::kReplace};
       c.from = single_char(from, where, "Replace pattern");
-      c.to = unicode::code_points(to);
+      c.to = utf8::code_points(to);
       char_steps_.push_back(std::move(c));
     }
     return;
@@ -193,12 +193,12 @@ void DecoderPlan::token_bytes(std::string_view token, bool added, bool first,
         if (first && s.strip_first && !t.empty() && t[0] == ' ') t.erase(0, 1);
         break;
       case TokenStep::kStrip: {
-        std::vector<char32_t> cps = unicode::code_points(t);
+        std::vector<char32_t> cps = utf8::code_points(t);
         size_t b = 0, e = cps.size();
         while (b < e && b < static_cast<size_t>(s.start) && cps[b] == s.content) ++b;
         while (e > b && cps.size() - e < static_cast<size_t>(s.stop) && cps[e - 1] == s.content)
           --e;
-        t = unicode::to_utf8(std::vector<char32_t>(cps.begin() + b, cps.begin() + e));
+        t = utf8::encode(std::span<const char32_t>(cps.data() + b, cps.data() + e));
         break;
       }
       case TokenStep::kByteFallback: {
@@ -211,7 +211,7 @@ void DecoderPlan::token_bytes(std::string_view token, bool added, bool first,
         std::string bytes;
         bool ok = true;
         for (size_t pos = 0; pos < t.size() && ok;) {
-          const int b = unicode_to_byte(unicode::next_code_point(t, pos));
+          const int b = unicode_to_byte(utf8::next(t, pos));
           ok = b >= 0;
           bytes.push_back(static_cast<char>(b));
         }
@@ -230,7 +230,7 @@ CharStepper::CharStepper(const std::vector<DecoderPlan::CharStep>& steps)
 
 void CharStepper::emit(size_t step, char32_t c, std::string& out) {
   if (step == steps_->size()) {
-    unicode::append_utf8(out, c);
+    utf8::append(out, c);
     return;
   }
   const DecoderPlan::CharStep& s = (*steps_)[step];

@@ -1,11 +1,13 @@
 // Lexer of the chat-template Jinja engine: preprocessing (whitespace settings, generation
 // tags) with a line number kept per byte, then tokens, following @huggingface/jinja.
-#include "server/jinja_lexer.h"
+#include "server/jinja/lexer.h"
 
 #include <cstring>
 
+#include "engine/tokenizer/unicode.h"
+#include "engine/tokenizer/utf8.h"
 #include "kernels/common.h"
-#include "server/jinja_text.h"
+#include "server/jinja/text.h"
 
 namespace tandem::jinja {
 
@@ -15,21 +17,8 @@ void syntax_error(int line, const std::string& msg) {
 
 size_t whitespace_len(std::string_view s, size_t i) {
   if (i >= s.size()) return 0;
-  const auto c = static_cast<unsigned char>(s[i]);
-  if (c == ' ' || (c >= '\t' && c <= '\r')) return 1;
-  const auto at = [&](size_t k) {
-    return i + k < s.size() ? static_cast<unsigned char>(s[i + k]) : 0u;
-  };
-  if (c == 0xC2 && at(1) == 0xA0) return 2;                   // U+00A0
-  if (c == 0xE1 && at(1) == 0x9A && at(2) == 0x80) return 3;  // U+1680
-  if (c == 0xE2 && at(1) == 0x80 &&
-      (at(2) <= 0x8A || at(2) == 0xA8 || at(2) == 0xA9 || at(2) == 0xAF) && at(2) >= 0x80) {
-    return 3;  // U+2000..U+200A, U+2028, U+2029, U+202F
-  }
-  if (c == 0xE2 && at(1) == 0x81 && at(2) == 0x9F) return 3;  // U+205F
-  if (c == 0xE3 && at(1) == 0x80 && at(2) == 0x80) return 3;  // U+3000
-  if (c == 0xEF && at(1) == 0xBB && at(2) == 0xBF) return 3;  // U+FEFF
-  return 0;
+  const utf8::Decoded d = utf8::decode(s, i);
+  return d.valid && unicode::is_js_space(d.cp) ? d.len : 0;
 }
 
 namespace {
@@ -384,7 +373,7 @@ class Lexer {
             cp = cp * 16 + static_cast<unsigned>(d);
           }
           pos_ += n;
-          append_utf8(out, cp);
+          utf8::append(out, cp);  // a lone surrogate escape becomes U+FFFD
           break;
         }
         default:  // Python keeps unknown escapes as written

@@ -1,10 +1,10 @@
-// BPE model: loading from tokenizer.json and merging words (see engine/tokenizer_bpe.h).
-#include "engine/tokenizer_bpe.h"
+// BPE model: loading from tokenizer.json and merging words (see engine/tokenizer/bpe.h).
+#include "engine/tokenizer/bpe.h"
 
 #include <nlohmann/json.hpp>
 #include <queue>
 
-#include "engine/unicode.h"
+#include "engine/tokenizer/utf8.h"
 #include "kernels/common.h"
 
 namespace tandem {
@@ -163,7 +163,7 @@ void BpeModel::merge_word(std::string_view word, std::vector<int32_t>& out) cons
   std::string piece;
   for (size_t pos = 0; pos < word.size();) {
     const size_t begin = pos;
-    unicode::next_code_point(word, pos);
+    utf8::next(word, pos);
     piece.clear();
     if (begin > 0) piece += prefix_;
     piece.append(word.substr(begin, pos - begin));

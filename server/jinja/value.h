@@ -146,10 +146,6 @@ std::string to_json(const Value& v, const JsonOptions& opts = {});
 // non-finite values like json.dumps (NaN, Infinity) instead of nan/inf.
 std::string format_float(double d, bool json);
 
-// UTF-8 helpers: strings are indexed, sliced and measured in code points.
-std::vector<std::string_view> utf8_chars(std::string_view s);
-size_t utf8_length(std::string_view s);
-
 // ----------------------------------------------------------------------------------------
 
 template <typename Json>

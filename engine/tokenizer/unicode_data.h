@@ -1,5 +1,6 @@
-// Declarations of the generated Unicode tables in engine/unicode_data.cpp (see the header of
-// that file for the layout and how to regenerate it). Only engine/unicode.cpp reads these.
+// Declarations of the generated Unicode tables in engine/tokenizer/unicode_data.cpp (see the header
+// of that file for the layout and how to regenerate it). Only engine/tokenizer/unicode.cpp reads
+// these.
 #pragma once
 
 #include <cstddef>

@@ -1,6 +1,6 @@
 // Tokenizer: loading tokenizer.json / tokenizer_config.json, added-token splitting, encode,
-// decode and StreamDecoder (see engine/tokenizer.h).
-#include "engine/tokenizer.h"
+// decode and StreamDecoder (see engine/tokenizer/tokenizer.h).
+#include "engine/tokenizer/tokenizer.h"
 
 #include <algorithm>
 #include <fstream>
@@ -9,9 +9,10 @@
 #include <unordered_map>
 #include <unordered_set>
 
-#include "engine/tokenizer_bpe.h"
-#include "engine/tokenizer_pipeline.h"
-#include "engine/unicode.h"
+#include "engine/tokenizer/bpe.h"
+#include "engine/tokenizer/pipeline.h"
+#include "engine/tokenizer/unicode.h"
+#include "engine/tokenizer/utf8.h"
 #include "kernels/common.h"
 
 namespace tandem {
@@ -273,8 +274,8 @@ std::vector<int32_t> Tokenizer::encode(std::string_view raw, bool add_special,
   const tok::TokenizerImpl& t = *impl_;
   std::string repaired;
   std::string_view text = raw;
-  if (!unicode::is_valid_utf8(raw)) {
-    repaired = unicode::repair_utf8(raw);
+  if (!utf8::is_valid(raw)) {
+    repaired = utf8::repair(raw);
     text = repaired;
   }
 
@@ -304,16 +305,16 @@ std::vector<int32_t> Tokenizer::encode(std::string_view raw, bool add_special,
   const auto trim_end = [&](Section& s) {
     while (s.e > s.b) {
       size_t k = s.e - 1;
-      while (k > s.b && (static_cast<uint8_t>(text[k]) & 0xC0) == 0x80) --k;
+      while (k > s.b && utf8::is_continuation(text[k])) --k;
       size_t p = k;
-      if (!unicode::is_js_space(unicode::next_code_point(text, p))) break;
+      if (!unicode::is_js_space(utf8::next(text, p))) break;
       s.e = k;
     }
   };
   const auto trim_start = [&](Section& s) {
     while (s.b < s.e) {
       size_t p = s.b;
-      if (!unicode::is_js_space(unicode::next_code_point(text, p))) break;
+      if (!unicode::is_js_space(utf8::next(text, p))) break;
       s.b = p;
     }
   };
@@ -387,7 +388,7 @@ struct StreamDecoder::State {
   explicit State(const tok::DecoderPlan& plan) : chars(plan.char_steps()) {}
   bool skip_special;
   bool first = true;
-  unicode::Utf8Repairer repair;
+  utf8::Repairer repair;
   tok::CharStepper chars;
   std::string bytes, text;
 };
@@ -407,7 +408,7 @@ std::string through_chars(const tok::DecoderPlan& plan, tok::CharStepper& chars,
                           const std::string& text) {
   if (plan.char_steps().empty()) return text;
   std::string out;
-  for (size_t pos = 0; pos < text.size();) chars.push(unicode::next_code_point(text, pos), out);
+  for (size_t pos = 0; pos < text.size();) chars.push(utf8::next(text, pos), out);
   return out;
 }
 

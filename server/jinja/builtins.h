@@ -7,7 +7,7 @@
 #include <string>
 #include <string_view>
 
-#include "server/jinja_value.h"
+#include "server/jinja/value.h"
 
 namespace tandem::jinja {
 

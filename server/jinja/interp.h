@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "server/jinja_parser.h"
-#include "server/jinja_value.h"
+#include "server/jinja/parser.h"
+#include "server/jinja/value.h"
 
 namespace tandem::jinja {
 

@@ -4,8 +4,9 @@
 #include <algorithm>
 #include <cmath>
 
-#include "server/jinja_builtins.h"
-#include "server/jinja_text.h"
+#include "engine/tokenizer/utf8.h"
+#include "server/jinja/builtins.h"
+#include "server/jinja/text.h"
 
 namespace tandem::jinja {
 namespace {
@@ -218,7 +219,7 @@ Value apply_filter(const std::string& name, const Value& v, CallArgs& a) {
     return v;
   }
   if (name == "length" || name == "count") {
-    if (v.is_string()) return Value::from_int(static_cast<int64_t>(utf8_length(v.str())));
+    if (v.is_string()) return Value::from_int(static_cast<int64_t>(utf8::length(v.str())));
     if (v.is_array()) return Value::from_int(static_cast<int64_t>(v.array().size()));
     if (v.is_attr_container())
       return Value::from_int(static_cast<int64_t>(v.object().items.size()));

@@ -1,10 +1,11 @@
-// Unicode helpers: table lookups, UTF-8 repair and normalization (see engine/unicode.h).
-#include "engine/unicode.h"
+// Unicode helpers: table lookups and normalization (see engine/tokenizer/unicode.h).
+#include "engine/tokenizer/unicode.h"
 
 #include <algorithm>
 #include <array>
 
-#include "engine/unicode_data.h"
+#include "engine/tokenizer/unicode_data.h"
+#include "engine/tokenizer/utf8.h"
 
 namespace tandem::unicode {
 namespace ud = unicode_data;
@@ -211,156 +212,6 @@ uint8_t combining_class(char32_t cp) {
 
 const char* unicode_version() { return ud::kUnicodeVersion; }
 
-// ---- UTF-8 -------------------------------------------------------------------------------------
-
-void append_utf8(std::string& out, char32_t cp) {
-  if (cp < 0x80) {
-    out.push_back(static_cast<char>(cp));
-  } else if (cp < 0x800) {
-    out.push_back(static_cast<char>(0xC0 | (cp >> 6)));
-    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else if (cp < 0x10000) {
-    out.push_back(static_cast<char>(0xE0 | (cp >> 12)));
-    out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else {
-    out.push_back(static_cast<char>(0xF0 | (cp >> 18)));
-    out.push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  }
-}
-
-char32_t next_code_point(std::string_view s, size_t& pos) {
-  const auto byte = [&](size_t i) { return static_cast<uint8_t>(s[i]); };
-  const uint8_t b0 = byte(pos);
-  if (b0 < 0x80) {
-    ++pos;
-    return b0;
-  }
-  int needed;
-  char32_t cp;
-  uint8_t lower = 0x80, upper = 0xBF;
-  if (b0 >= 0xC2 && b0 <= 0xDF) {
-    needed = 1;
-    cp = b0 & 0x1F;
-  } else if (b0 >= 0xE0 && b0 <= 0xEF) {
-    needed = 2;
-    cp = b0 & 0x0F;
-    if (b0 == 0xE0) lower = 0xA0;
-    if (b0 == 0xED) upper = 0x9F;  // no surrogates
-  } else if (b0 >= 0xF0 && b0 <= 0xF4) {
-    needed = 3;
-    cp = b0 & 0x07;
-    if (b0 == 0xF0) lower = 0x90;
-    if (b0 == 0xF4) upper = 0x8F;  // nothing above U+10FFFF
-  } else {
-    ++pos;
-    return kReplacementChar;
-  }
-  ++pos;
-  for (int k = 0; k < needed; ++k) {
-    if (pos >= s.size() || byte(pos) < lower || byte(pos) > upper) return kReplacementChar;
-    cp = (cp << 6) | (byte(pos) & 0x3F);
-    lower = 0x80;
-    upper = 0xBF;
-    ++pos;
-  }
-  return cp;
-}
-
-bool is_valid_utf8(std::string_view s) {
-  for (size_t pos = 0; pos < s.size();) {
-    const size_t start = pos;
-    if (next_code_point(s, pos) == kReplacementChar) {
-      // A real U+FFFD is three bytes EF BF BD; an error consumed something else.
-      if (pos - start != 3 || s.substr(start, 3) != "\xEF\xBF\xBD") return false;
-    }
-  }
-  return true;
-}
-
-std::string repair_utf8(std::string_view s) {
-  if (is_valid_utf8(s)) return std::string(s);
-  std::string out;
-  out.reserve(s.size() + 8);
-  for (size_t pos = 0; pos < s.size();) append_utf8(out, next_code_point(s, pos));
-  return out;
-}
-
-std::vector<char32_t> code_points(std::string_view s) {
-  std::vector<char32_t> cps;
-  cps.reserve(s.size());
-  for (size_t pos = 0; pos < s.size();) cps.push_back(next_code_point(s, pos));
-  return cps;
-}
-
-std::string to_utf8(const std::vector<char32_t>& cps) {
-  std::string out;
-  out.reserve(cps.size());
-  for (char32_t cp : cps) append_utf8(out, cp);
-  return out;
-}
-
-void Utf8Repairer::reset() {
-  held_.clear();
-  cp_ = 0;
-  needed_ = seen_ = 0;
-  lower_ = 0x80;
-  upper_ = 0xBF;
-}
-
-void Utf8Repairer::feed(std::string_view bytes, std::string& out) {
-  for (size_t i = 0; i < bytes.size(); ++i) {
-    const uint8_t b = static_cast<uint8_t>(bytes[i]);
-    if (needed_ == 0) {
-      if (b < 0x80) {
-        out.push_back(static_cast<char>(b));
-        continue;
-      }
-      if (b >= 0xC2 && b <= 0xDF) {
-        needed_ = 1;
-        cp_ = b & 0x1F;
-      } else if (b >= 0xE0 && b <= 0xEF) {
-        needed_ = 2;
-        cp_ = b & 0x0F;
-        if (b == 0xE0) lower_ = 0xA0;
-        if (b == 0xED) upper_ = 0x9F;
-      } else if (b >= 0xF0 && b <= 0xF4) {
-        needed_ = 3;
-        cp_ = b & 0x07;
-        if (b == 0xF0) lower_ = 0x90;
-        if (b == 0xF4) upper_ = 0x8F;
-      } else {
-        append_utf8(out, kReplacementChar);
-        continue;
-      }
-      held_.push_back(static_cast<char>(b));
-      continue;
-    }
-    if (b < lower_ || b > upper_) {
-      // The held prefix is a maximal invalid subpart; b starts afresh.
-      reset();
-      append_utf8(out, kReplacementChar);
-      --i;
-      continue;
-    }
-    lower_ = 0x80;
-    upper_ = 0xBF;
-    cp_ = (cp_ << 6) | (b & 0x3F);
-    held_.push_back(static_cast<char>(b));
-    if (++seen_ == needed_) {
-      out += held_;
-      reset();
-    }
-  }
-}
-
-void Utf8Repairer::finish(std::string& out) {
-  if (needed_ != 0) append_utf8(out, kReplacementChar);
-  reset();
-}
-
 // ---- Normalization
 // -------------------------------------------------------------------------------
 
@@ -371,22 +222,22 @@ std::string normalize(std::string_view s, NormForm form) {
   // and nothing below U+0300 changes under NFC).
   const char32_t limit = compat ? 0xA0 : (composed ? 0x300 : 0xC0);
   bool simple = true;
-  for (size_t pos = 0; pos < s.size() && simple;) simple = next_code_point(s, pos) < limit;
+  for (size_t pos = 0; pos < s.size() && simple;) simple = utf8::next(s, pos) < limit;
   if (simple) return std::string(s);
 
   std::vector<char32_t> cps;
   cps.reserve(s.size());
-  for (size_t pos = 0; pos < s.size();) decompose_into(next_code_point(s, pos), compat, cps);
+  for (size_t pos = 0; pos < s.size();) decompose_into(utf8::next(s, pos), compat, cps);
   canonical_order(cps);
   if (composed) compose(cps);
-  return to_utf8(cps);
+  return utf8::encode(cps);
 }
 
 std::string to_lower(std::string_view s) {
   std::string out;
   out.reserve(s.size());
   for (size_t pos = 0; pos < s.size();) {
-    const char32_t cp = next_code_point(s, pos);
+    const char32_t cp = utf8::next(s, pos);
     if (cp < 0x80) {
       out.push_back(static_cast<char>(cp >= 'A' && cp <= 'Z' ? cp + 32 : cp));
       continue;
@@ -394,9 +245,9 @@ std::string to_lower(std::string_view s) {
     const Mapping m =
         find_mapping(ud::kLowercaseIndex, ud::kLowercaseIndexSize, ud::kLowercaseData, cp);
     if (m.data == nullptr) {
-      append_utf8(out, cp);
+      utf8::append(out, cp);
     } else {
-      for (uint32_t k = 0; k < m.size; ++k) append_utf8(out, m.data[k]);
+      for (uint32_t k = 0; k < m.size; ++k) utf8::append(out, m.data[k]);
     }
   }
   return out;

@@ -1,59 +1,14 @@
 // String helpers of the chat-template Jinja engine (Python str semantics on UTF-8).
-#include "server/jinja_text.h"
+#include "server/jinja/text.h"
 
 #include <cstdlib>
 
-#include "server/jinja_lexer.h"
-#include "server/jinja_value.h"
+#include "engine/tokenizer/utf8.h"
+#include "server/jinja/lexer.h"
+#include "server/jinja/value.h"
 
 namespace tandem::jinja {
 namespace {
-
-// Decodes the code point at s[i] into *cp and returns its byte length (1 for invalid bytes).
-size_t decode(std::string_view s, size_t i, uint32_t* cp) {
-  const auto c = static_cast<unsigned char>(s[i]);
-  size_t len = 1;
-  uint32_t v = c;
-  if (c >= 0xF0 && c < 0xF8) {
-    len = 4;
-    v = c & 0x07;
-  } else if (c >= 0xE0) {
-    len = 3;
-    v = c & 0x0F;
-  } else if (c >= 0xC0) {
-    len = 2;
-    v = c & 0x1F;
-  }
-  if (len == 1) {
-    *cp = v;
-    return 1;
-  }
-  if (i + len > s.size()) {
-    *cp = c;
-    return 1;
-  }
-  for (size_t j = 1; j < len; ++j) {
-    const auto cc = static_cast<unsigned char>(s[i + j]);
-    if ((cc & 0xC0) != 0x80) {
-      *cp = c;
-      return 1;
-    }
-    v = (v << 6) | (cc & 0x3F);
-  }
-  *cp = v;
-  return len;
-}
-
-std::vector<uint32_t> code_points(std::string_view s) {
-  std::vector<uint32_t> out;
-  out.reserve(s.size());
-  for (size_t i = 0; i < s.size();) {
-    uint32_t cp = 0;
-    i += decode(s, i, &cp);
-    out.push_back(cp);
-  }
-  return out;
-}
 
 // Simple one-to-one case mappings for the common scripts; 0 when there is none.
 uint32_t upper_of(uint32_t c) {
@@ -98,45 +53,27 @@ void append_upper(std::string& out, uint32_t c) {
     return;
   }
   const uint32_t u = upper_of(c);
-  append_utf8(out, u ? u : c);
+  utf8::append(out, u ? u : c);
 }
 
 void append_lower(std::string& out, uint32_t c) {
   const uint32_t l = lower_of(c);
-  append_utf8(out, l ? l : c);
+  utf8::append(out, l ? l : c);
 }
 
 }  // namespace
 
-void append_utf8(std::string& out, uint32_t cp) {
-  if (cp < 0x80) {
-    out.push_back(static_cast<char>(cp));
-  } else if (cp < 0x800) {
-    out.push_back(static_cast<char>(0xC0 | (cp >> 6)));
-    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else if (cp < 0x10000) {
-    out.push_back(static_cast<char>(0xE0 | (cp >> 12)));
-    out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else {
-    out.push_back(static_cast<char>(0xF0 | (cp >> 18)));
-    out.push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  }
-}
-
 std::string to_upper(std::string_view s) {
   std::string out;
   out.reserve(s.size());
-  for (uint32_t c : code_points(s)) append_upper(out, c);
+  for (char32_t c : utf8::code_points(s)) append_upper(out, c);
   return out;
 }
 
 std::string to_lower(std::string_view s) {
   std::string out;
   out.reserve(s.size());
-  for (uint32_t c : code_points(s)) append_lower(out, c);
+  for (char32_t c : utf8::code_points(s)) append_lower(out, c);
   return out;
 }
 
@@ -144,7 +81,7 @@ std::string to_title(std::string_view s) {
   std::string out;
   out.reserve(s.size());
   bool prev_cased = false;
-  for (uint32_t c : code_points(s)) {
+  for (char32_t c : utf8::code_points(s)) {
     if (prev_cased) {
       append_lower(out, c);
     } else {
@@ -159,7 +96,7 @@ std::string capitalize(std::string_view s) {
   std::string out;
   out.reserve(s.size());
   bool first = true;
-  for (uint32_t c : code_points(s)) {
+  for (char32_t c : utf8::code_points(s)) {
     if (first) {
       append_upper(out, c);
     } else {
@@ -171,17 +108,16 @@ std::string capitalize(std::string_view s) {
 }
 
 std::string strip(std::string_view s, const std::string* chars, StripSide side) {
-  const std::vector<uint32_t> set =
-      chars != nullptr ? code_points(*chars) : std::vector<uint32_t>();
+  const std::vector<char32_t> set =
+      chars != nullptr ? utf8::code_points(*chars) : std::vector<char32_t>();
   // Length of the strippable character starting at s[i], 0 when it is not strippable.
   const auto strippable = [&](size_t i) -> size_t {
     if (chars == nullptr) return whitespace_len(s, i);
-    uint32_t cp = 0;
-    const size_t len = decode(s, i, &cp);
-    for (uint32_t x : set) {
-      if (x == cp) return len;
+    const utf8::Decoded d = utf8::decode(s, i);
+    for (char32_t x : set) {
+      if (x == d.cp) return static_cast<size_t>(d.len);
     }
-    return 0;
+    return size_t{0};
   };
   size_t b = 0;
   size_t e = s.size();
@@ -195,7 +131,7 @@ std::string strip(std::string_view s, const std::string* chars, StripSide side) 
   if (side != StripSide::kLeft) {
     while (e > b) {
       size_t start = e - 1;  // back to the first byte of the last character
-      while (start > b && (static_cast<unsigned char>(s[start]) & 0xC0) == 0x80) --start;
+      while (start > b && utf8::is_continuation(s[start])) --start;
       const size_t len = strippable(start);
       if (len == 0 || start + len != e) break;
       e = start;
@@ -248,8 +184,7 @@ std::string replace(std::string_view s, std::string_view from, std::string_view 
         check_size(out.size());
       }
       if (i >= s.size()) break;
-      uint32_t cp = 0;
-      const size_t len = decode(s, i, &cp);
+      const size_t len = utf8::decode(s, i).len;
       out += s.substr(i, len);
       i += len;
     }
@@ -272,11 +207,11 @@ std::string replace(std::string_view s, std::string_view from, std::string_view 
 int64_t find(std::string_view s, std::string_view sub) {
   const size_t hit = s.find(sub);
   if (hit == std::string_view::npos) return -1;
-  return static_cast<int64_t>(utf8_length(s.substr(0, hit)));
+  return static_cast<int64_t>(utf8::length(s.substr(0, hit)));
 }
 
 int64_t count(std::string_view s, std::string_view sub) {
-  if (sub.empty()) return static_cast<int64_t>(utf8_length(s)) + 1;
+  if (sub.empty()) return static_cast<int64_t>(utf8::length(s)) + 1;
   int64_t n = 0;
   for (size_t start = s.find(sub); start != std::string_view::npos;
        start = s.find(sub, start + sub.size())) {

@@ -3,10 +3,13 @@
 // SentencePiece-style BPE with byte fallback (Llama-2, TinyLlama): normalizers, pre-tokenizers,
 // added/special tokens, the post-processor (BOS etc.) and decoders as real files use them.
 //
-// Parity target: the JS port of the HF tokenizers in @lenml/tokenizers (transformers.js), checked
+// Parity target: the JS port of the HF tokenizers in @lenml/tokenizers (transformers.js), and the
+// Rust library itself for the ids of regex pre-tokenizers (their patterns are Oniguruma's), checked
 // by tests/test_tokenizer.cpp on fixtures from scripts/gen_tokenizer_fixtures.mjs. Behaviour:
 //  - Input that is not valid UTF-8 is repaired first: each maximal invalid subpart becomes U+FFFD
-//    (what a TextDecoder does), so encode("\xFF") == encode("\uFFFD"). Nothing throws on text.
+//    (what a TextDecoder does), so encode("\xFF") == encode("\uFFFD").
+//  - encode() throws on text only when a regex of the pipeline runs out of its step limit or time
+//    budget (engine/tokenizer/regex.h): tandem::Error(kInvalidArgument), never a hang.
 //  - Added tokens are matched leftmost-longest on the raw text before normalization (as the JS
 //    port does; the Rust library matches `normalized: true` tokens after normalization).
 //  - decode() skips ids that are in neither the vocabulary nor the added tokens.

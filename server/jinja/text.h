@@ -34,7 +34,4 @@ int64_t count(std::string_view s, std::string_view sub);
 std::optional<int64_t> parse_int_prefix(std::string_view s);
 std::optional<double> parse_float_prefix(std::string_view s);
 
-// Code point <-> UTF-8.
-void append_utf8(std::string& out, uint32_t cp);
-
 }  // namespace tandem::jinja

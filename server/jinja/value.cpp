@@ -1,12 +1,14 @@
 // Values of the chat-template Jinja engine: construction, truthiness, equality, printing and
 // JSON serialisation with the rules of @huggingface/jinja.
-#include "server/jinja_value.h"
+#include "server/jinja/value.h"
 
 #include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+
+#include "engine/tokenizer/utf8.h"
 
 namespace tandem::jinja {
 
@@ -244,39 +246,6 @@ void append_hex4(std::string& out, unsigned cp) {
   out += buf;
 }
 
-// Decodes one UTF-8 sequence at s[i]; returns its length (1 for an invalid byte).
-size_t utf8_decode(std::string_view s, size_t i, unsigned* cp) {
-  const auto c = static_cast<unsigned char>(s[i]);
-  size_t len = 1;
-  unsigned v = c;
-  if (c >= 0xF0 && c < 0xF8) {
-    len = 4;
-    v = c & 0x07;
-  } else if (c >= 0xE0) {
-    len = 3;
-    v = c & 0x0F;
-  } else if (c >= 0xC0) {
-    len = 2;
-    v = c & 0x1F;
-  }
-  if (len > 1) {
-    if (i + len > s.size()) {
-      *cp = c;
-      return 1;
-    }
-    for (size_t j = 1; j < len; ++j) {
-      const auto cc = static_cast<unsigned char>(s[i + j]);
-      if ((cc & 0xC0) != 0x80) {
-        *cp = c;
-        return 1;
-      }
-      v = (v << 6) | (cc & 0x3F);
-    }
-  }
-  *cp = v;
-  return len;
-}
-
 void json_string(std::string& out, std::string_view s, bool ensure_ascii) {
   out.push_back('"');
   for (size_t i = 0; i < s.size();) {
@@ -314,8 +283,11 @@ void json_string(std::string& out, std::string_view s, bool ensure_ascii) {
       ++i;
       continue;
     }
-    unsigned cp = 0;
-    const size_t len = utf8_decode(s, i, &cp);
+    // Strings here are valid UTF-8 (JSON input is validated, escapes are encoded by utf8::append);
+    // an invalid subpart would be written as U+FFFD either way.
+    const utf8::Decoded d = utf8::decode(s, i);
+    const char32_t cp = d.cp;
+    const size_t len = d.len;
     if (ensure_ascii) {
       if (cp >= 0x10000) {
         append_hex4(out, 0xD800 + ((cp - 0x10000) >> 10));
@@ -323,8 +295,10 @@ void json_string(std::string& out, std::string_view s, bool ensure_ascii) {
       } else {
         append_hex4(out, cp);
       }
-    } else {
+    } else if (d.valid) {
       out.append(s.substr(i, len));
+    } else {
+      utf8::append(out, utf8::kReplacementChar);
     }
     i += len;
   }
@@ -436,28 +410,6 @@ std::string to_output_string(const Value& v) {
       return "<function>";
   }
   return "";
-}
-
-std::vector<std::string_view> utf8_chars(std::string_view s) {
-  std::vector<std::string_view> out;
-  out.reserve(s.size());
-  for (size_t i = 0; i < s.size();) {
-    unsigned cp = 0;
-    const size_t len = utf8_decode(s, i, &cp);
-    out.push_back(s.substr(i, len));
-    i += len;
-  }
-  return out;
-}
-
-size_t utf8_length(std::string_view s) {
-  size_t n = 0;
-  for (size_t i = 0; i < s.size();) {
-    unsigned cp = 0;
-    i += utf8_decode(s, i, &cp);
-    ++n;
-  }
-  return n;
 }
 
 }  // namespace tandem::jinja

@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "server/jinja_lexer.h"
-#include "server/jinja_value.h"
+#include "server/jinja/lexer.h"
+#include "server/jinja/value.h"
 
 namespace tandem::jinja {
 

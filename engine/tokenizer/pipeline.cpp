@@ -1,11 +1,13 @@
-// Normalizers, pre-tokenizers and post-processors of tokenizer.json (see tokenizer_pipeline.h).
-// Where the Rust library and the JS port differ, the JS reference is followed unless noted.
-#include "engine/tokenizer_pipeline.h"
+// Normalizers, pre-tokenizers and post-processors of tokenizer.json (see
+// engine/tokenizer/pipeline.h). Where the Rust library and the JS port differ, the JS reference is
+// followed unless noted; regexes follow the Rust library (engine/tokenizer/regex.h).
+#include "engine/tokenizer/pipeline.h"
 
 #include <nlohmann/json.hpp>
 
-#include "engine/tokenizer_regex.h"
-#include "engine/unicode.h"
+#include "engine/tokenizer/regex.h"
+#include "engine/tokenizer/unicode.h"
+#include "engine/tokenizer/utf8.h"
 #include "kernels/common.h"
 
 namespace tandem::tok {
@@ -56,17 +58,17 @@ Regex make_pattern(const json& pattern, const std::string& where) {
 
 // Replaces every match of `re` in text by `content`.
 std::string replace_all(const Regex& re, const std::string& text, const std::string& content) {
-  const std::vector<char32_t> cps = unicode::code_points(text);
+  const std::vector<char32_t> cps = utf8::code_points(text);
   const auto matches = re.find_all(cps.data(), cps.size());
   if (matches.empty()) return text;
   std::string out;
   size_t at = 0;
   for (const auto& [b, e] : matches) {
-    for (size_t i = at; i < b; ++i) unicode::append_utf8(out, cps[i]);
+    for (size_t i = at; i < b; ++i) utf8::append(out, cps[i]);
     out += content;
     at = e;
   }
-  for (size_t i = at; i < cps.size(); ++i) unicode::append_utf8(out, cps[i]);
+  for (size_t i = at; i < cps.size(); ++i) utf8::append(out, cps[i]);
   return out;
 }
 
@@ -122,7 +124,7 @@ class StripNormalizer final : public Normalizer {
  public:
   StripNormalizer(bool left, bool right) : left_(left), right_(right) {}
   void apply(std::string& text) const override {
-    std::vector<char32_t> cps = unicode::code_points(text);
+    std::vector<char32_t> cps = utf8::code_points(text);
     size_t b = 0, e = cps.size();
     if (left_) {
       while (b < e && unicode::is_js_space(cps[b])) ++b;
@@ -131,7 +133,7 @@ class StripNormalizer final : public Normalizer {
       while (e > b && unicode::is_js_space(cps[e - 1])) --e;
     }
     if (b == 0 && e == cps.size()) return;
-    text = unicode::to_utf8(std::vector<char32_t>(cps.begin() + b, cps.begin() + e));
+    text = utf8::encode(std::span<const char32_t>(cps.data() + b, cps.data() + e));
   }
 
  private:
@@ -144,8 +146,8 @@ class StripAccentsNormalizer final : public Normalizer {
   void apply(std::string& text) const override {
     std::string out;
     for (size_t pos = 0; pos < text.size();) {
-      const char32_t c = unicode::next_code_point(text, pos);
-      if (unicode::general_category(c) != unicode::Gc::kMn) unicode::append_utf8(out, c);
+      const char32_t c = utf8::next(text, pos);
+      if (unicode::general_category(c) != unicode::Gc::kMn) utf8::append(out, c);
     }
     text = std::move(out);
   }
@@ -225,7 +227,7 @@ void split_segments(const std::vector<char32_t>& cps, std::vector<Segment> segs,
   }
   for (const Segment& s : res) {
     if (s.e > s.b) {
-      out.push_back(unicode::to_utf8(std::vector<char32_t>(cps.begin() + s.b, cps.begin() + s.e)));
+      out.push_back(utf8::encode(std::span<const char32_t>(cps.data() + s.b, cps.data() + s.e)));
     }
   }
 }
@@ -262,7 +264,7 @@ class SplitPreTokenizer final : public PreTokenizer {
   void apply(std::vector<std::string>& pieces, bool) const override {
     std::vector<std::string> out;
     for (const std::string& p : pieces) {
-      const std::vector<char32_t> cps = unicode::code_points(p);
+      const std::vector<char32_t> cps = utf8::code_points(p);
       split_segments(
           cps, segments_from_matches(cps.size(), re_.find_all(cps.data(), cps.size()), invert_),
           behavior_, out);
@@ -276,7 +278,7 @@ class SplitPreTokenizer final : public PreTokenizer {
   bool invert_;
 };
 
-// The pattern of ByteLevel's use_regex, as the JS reference writes it.
+// The pattern of ByteLevel's use_regex (GPT-2's), as both references write it.
 constexpr std::string_view kGpt2Pattern =
     "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
 
@@ -294,7 +296,7 @@ class ByteLevelPreTokenizer final : public PreTokenizer {
         split.push_back(std::move(p));
         continue;
       }
-      const std::vector<char32_t> cps = unicode::code_points(p);
+      const std::vector<char32_t> cps = utf8::code_points(p);
       split_segments(cps,
                      segments_from_matches(cps.size(), re_.find_all(cps.data(), cps.size()), false),
                      Behavior::kIsolated, split);

@@ -1,0 +1,126 @@
+// The OpenAI codec, planning: a validated ApiRequest to GenerationRequests, one per choice —
+// the chat template renders the messages, the tokenizer encodes the prompt, the context length is
+// checked. Every failure is an ApiError, never an exception.
+#include <variant>
+
+#include "engine/tokenizer/tokenizer.h"
+#include "kernels/common.h"
+#include "server/chat_template.h"
+#include "server/openai_codec.h"
+
+namespace tandem::openai {
+
+using ojson = nlohmann::ordered_json;
+
+namespace {
+
+// Text the tokenizer refuses (its pre-tokenizer regex ran out of steps on it) is the client's
+// problem: a 400 naming the parameter, not a 500 or a hung request.
+std::variant<std::vector<int32_t>, ApiError> encode(const Tokenizer& tok, const std::string& text,
+                                                    bool add_special, const char* param) {
+  try {
+    return tok.encode(text, add_special, /*parse_special=*/true);
+  } catch (const Error& e) {
+    ApiError err = error_for_kind(e.kind(), cat("the prompt could not be tokenized: ", e.what()));
+    err.param = param;
+    return err;
+  }
+}
+
+}  // namespace
+
+std::variant<Plan, ApiError> plan_request(const ApiRequest& req, const ModelInfo& model) {
+  if (!req.model.empty() && req.model != model.served_name) {
+    ApiError e = invalid_request(cat("The model '", req.model, "' does not exist"), "model");
+    e.status = 404;
+    e.code = "model_not_found";
+    return e;
+  }
+  const Tokenizer& tok = *model.tokenizer;
+  const bool chat = req.endpoint == Endpoint::kChat;
+  const char* param = chat ? "messages" : "prompt";
+  Plan plan;
+  if (chat) {
+    if (!model.chat_template) return invalid_request("this model has no chat template", param);
+    ojson ctx = req.template_kwargs;
+    ctx["messages"] = req.messages;
+    ctx["add_generation_prompt"] = req.add_generation_prompt;
+    if (!req.tools.is_null()) ctx["tools"] = req.tools;
+    PreparedPrompt p;
+    try {
+      p.text = model.chat_template->render(ctx);
+    } catch (const std::exception& e) {
+      return invalid_request(cat("the chat template failed: ", e.what()), param);
+    }
+    // The template writes BOS itself where the model wants one (as HF apply_chat_template).
+    const auto ids = encode(tok, p.text, /*add_special=*/false, param);
+    if (auto* e = std::get_if<ApiError>(&ids)) return *e;
+    p.ids = std::get<std::vector<int32_t>>(ids);
+    plan.prompts.push_back(std::move(p));
+  } else {
+    const int32_t vocab = tok.vocab_size();
+    for (size_t i = 0; i < req.prompts.size(); ++i) {
+      const PromptInput& in = req.prompts[i];
+      PreparedPrompt p;
+      if (in.is_ids) {
+        for (int32_t id : in.ids)
+          if (id >= vocab)
+            return invalid_request(
+                cat("token id ", id, " is out of range (vocabulary size ", vocab, ")"), param);
+        p.ids = in.ids;
+        p.text = tok.decode(p.ids, /*skip_special=*/true);
+      } else {
+        p.text = in.text;
+        const auto ids = encode(tok, in.text, /*add_special=*/true, param);
+        if (auto* e = std::get_if<ApiError>(&ids)) return *e;
+        p.ids = std::get<std::vector<int32_t>>(ids);
+      }
+      plan.prompts.push_back(std::move(p));
+    }
+  }
+
+  for (const PreparedPrompt& p : plan.prompts) {
+    const int64_t len = static_cast<int64_t>(p.ids.size());
+    if (len == 0) return invalid_request("the prompt is empty (no tokens)", param);
+    if (len >= model.max_model_len) {
+      ApiError e = invalid_request(cat("This model's maximum context length is ",
+                                       model.max_model_len, " tokens. However, your prompt has ",
+                                       len, " tokens, which leaves no room for the completion."),
+                                   param);
+      e.code = "context_length_exceeded";
+      return e;
+    }
+    if (req.max_tokens && len + *req.max_tokens > model.max_model_len) {
+      ApiError e = invalid_request(
+          cat("This model's maximum context length is ", model.max_model_len,
+              " tokens. However, you requested ", len + *req.max_tokens, " tokens (", len,
+              " in the prompt, ", *req.max_tokens, " for the completion)."),
+          "max_tokens");
+      e.code = "context_length_exceeded";
+      return e;
+    }
+  }
+
+  std::string chat_echo;
+  if (chat && req.echo && !req.messages.empty() && req.messages.back()["role"] == "assistant")
+    chat_echo = req.messages.back()["content"].get<std::string>();
+  for (const PreparedPrompt& p : plan.prompts) {
+    const int32_t len = static_cast<int32_t>(p.ids.size());
+    for (int32_t j = 0; j < req.n; ++j) {
+      GenerationRequest g;
+      g.prompt = p.ids;
+      g.sampling = req.sampling;
+      if (req.sampling.seed) g.sampling.seed = *req.sampling.seed + static_cast<uint64_t>(j);
+      g.max_tokens = req.max_tokens ? *req.max_tokens : model.max_model_len - len;
+      g.stop = req.stop;
+      g.stop_ids = req.stop_token_ids;
+      g.ignore_eos = req.ignore_eos;
+      g.top_logprobs = req.logprobs ? req.top_logprobs : -1;
+      plan.choices.push_back(std::move(g));
+      plan.echo.push_back(!req.echo ? std::string() : chat ? chat_echo : p.text);
+    }
+  }
+  return plan;
+}
+
+}  // namespace tandem::openai
