@@ -4,8 +4,8 @@
 //
 // Shapes are written (rows, cols) row-major; "n" is the number of token rows in the step.
 //
-// Memory: every TensorView an op takes lives in the backend's own memory (allocate(), or a
-// BackendBuffer), except where an op says otherwise. The host moves data in and out with upload
+// Memory: every TensorView an op takes lives in the backend's own memory (allocate(), or a Buffer
+// of it), except where an op says otherwise. The host moves data in and out with upload
 // and download; on the CPU backend that memory is ordinary host memory and the host may read it
 // in place (host_accessible()).
 #pragma once
@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "kernels/attn_partial.h"
+#include "kernels/buffer.h"
 #include "kernels/sample_row.h"
 #include "kernels/tensor.h"
 
@@ -179,39 +180,14 @@ class Backend {
   virtual void download(const TensorView& src, const TensorView& dst);
 };
 
-// Owning allocation of backend memory with a contiguous view of the backend's memory kind. The
-// backend must outlive it.
-class BackendBuffer {
- public:
-  BackendBuffer() = default;
-  BackendBuffer(Backend& backend, DType t, std::initializer_list<int64_t> dims);
-  // A contiguous copy of a host view (same dtype and shape) in the backend's memory.
-  static BackendBuffer upload(Backend& backend, const TensorView& host);
-  // Host memory the backend's merge reads in place (Backend::allocate_host), viewed with
-  // host_memory_kind().
-  static BackendBuffer host(Backend& backend, DType t, std::initializer_list<int64_t> dims);
+// The allocators of a backend's two memories, for Buffer and for anything that allocates through
+// an Allocator: allocate/deallocate (memory_kind()) and allocate_host/deallocate_host
+// (host_memory_kind()). The backend must outlive every allocation made through them.
+Allocator backend_memory(Backend& backend);
+Allocator backend_host_memory(Backend& backend);
 
-  const TensorView& view() const { return view_; }
-  template <typename T>
-  T* as() const {
-    return view_.as<T>();
-  }
-  bool empty() const { return view_.empty(); }
-
- private:
-  struct Free {
-    Backend* backend;  // value-initialised (null) in an empty buffer
-    bool host;         // from allocate_host (value-initialised: false)
-    void operator()(void* p) const {
-      if (host)
-        backend->deallocate_host(p);
-      else
-        backend->deallocate(p);
-    }
-  };
-  std::unique_ptr<void, Free> mem_;
-  TensorView view_;
-};
+// Transitional: goes away once kvstore, engine and models/model are converted to Buffer.
+using BackendBuffer = Buffer;
 
 // Where the host can read src (contiguous f32 backend memory): src's own bytes when the backend
 // is host-accessible (after synchronize()), else `staging`, filled by a download.
