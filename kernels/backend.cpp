@@ -1,10 +1,9 @@
-// Backend memory on the host (the CPU backend's, and the default of every backend), and the
-// owning BackendBuffer.
+// Backend memory on the host (the CPU backend's, and the default of every backend), the
+// allocators of a backend's memories, and Buffer's Backend& members.
 #include "kernels/backend.h"
 
 #include <algorithm>
 #include <chrono>
-#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <string>
@@ -48,19 +47,20 @@ TensorView kv_page(const TensorView& kv, const KvPages& pages, size_t i) {
   return page;
 }
 
+// Both memories of this default are the host heap.
 void* Backend::allocate(int64_t bytes) {
-  TANDEM_CHECK(bytes >= 0, "negative size");
-  const size_t rounded = static_cast<size_t>((bytes + 63) / 64 * 64);
-  void* p = std::aligned_alloc(64, rounded == 0 ? 64 : rounded);
-  if (p == nullptr) TANDEM_FAIL(kOutOfMemory, "cannot allocate ", bytes, " bytes");
-  return p;
+  const Allocator heap = host_heap();
+  return heap.allocate(heap.context, bytes);
 }
 
-void Backend::deallocate(void* p) { std::free(p); }
+void Backend::deallocate(void* p) {
+  const Allocator heap = host_heap();
+  heap.deallocate(heap.context, p);
+}
 
 void* Backend::allocate_host(int64_t bytes) { return Backend::allocate(bytes); }
 
-void Backend::deallocate_host(void* p) { std::free(p); }
+void Backend::deallocate_host(void* p) { Backend::deallocate(p); }
 
 void Backend::upload(const TensorView& src, const TensorView& dst) {
   check_copy(src, dst, "upload");
@@ -117,35 +117,42 @@ void Backend::scatter_rows(const TensorView& src, const TensorView& dst, const i
   }
 }
 
-BackendBuffer::BackendBuffer(Backend& backend, DType t, std::initializer_list<int64_t> dims)
-    : mem_(nullptr, Free{&backend, false}) {
-  view_ = TensorView(nullptr, t, dims, backend.memory_kind());
-  mem_.reset(backend.allocate(view_.nbytes()));
-  view_.data = mem_.get();
+namespace {
+
+void* memory_allocate(void* backend, int64_t bytes) {
+  return static_cast<Backend*>(backend)->allocate(bytes);
+}
+void memory_deallocate(void* backend, void* p) noexcept {
+  static_cast<Backend*>(backend)->deallocate(p);
+}
+void* host_memory_allocate(void* backend, int64_t bytes) {
+  return static_cast<Backend*>(backend)->allocate_host(bytes);
+}
+void host_memory_deallocate(void* backend, void* p) noexcept {
+  static_cast<Backend*>(backend)->deallocate_host(p);
 }
 
-BackendBuffer BackendBuffer::host(Backend& backend, DType t, std::initializer_list<int64_t> dims) {
-  BackendBuffer b;
-  b.view_ = TensorView(nullptr, t, dims, backend.host_memory_kind());
-  b.mem_ =
-      std::unique_ptr<void, Free>(backend.allocate_host(b.view_.nbytes()), Free{&backend, true});
-  b.view_.data = b.mem_.get();
-  return b;
+}  // namespace
+
+Allocator backend_memory(Backend& backend) {
+  return {&memory_allocate, &memory_deallocate, &backend, backend.memory_kind()};
 }
 
-BackendBuffer BackendBuffer::upload(Backend& backend, const TensorView& host) {
-  TANDEM_CHECK(host.contiguous(), "upload of a strided view ", host.describe());
-  BackendBuffer b;
-  b.mem_ = std::unique_ptr<void, Free>(backend.allocate(host.nbytes()), Free{&backend, false});
-  b.view_ = host;
-  b.view_.data = b.mem_.get();
-  b.view_.memory = backend.memory_kind();
-  int64_t s = 1;
-  for (int k = host.ndim - 1; k >= 0; --k) {
-    b.view_.stride[static_cast<size_t>(k)] = s;
-    s *= host.shape[static_cast<size_t>(k)];
-  }
-  backend.upload(host, b.view_);
+Allocator backend_host_memory(Backend& backend) {
+  return {&host_memory_allocate, &host_memory_deallocate, &backend, backend.host_memory_kind()};
+}
+
+Buffer::Buffer(Backend& backend, DType t, std::initializer_list<int64_t> dims)
+    : Buffer(backend_memory(backend), t, dims) {}
+
+Buffer Buffer::host(Backend& backend, DType t, std::initializer_list<int64_t> dims) {
+  return Buffer(backend_host_memory(backend), t, dims);
+}
+
+Buffer Buffer::upload(Backend& backend, const TensorView& src) {
+  TANDEM_CHECK(src.contiguous(), "upload of a strided view ", src.describe());
+  Buffer b = like(backend_memory(backend), src);
+  backend.upload(src, b.view());  // throws: b gives its memory back
   return b;
 }
 
@@ -155,10 +162,10 @@ AttnPartial PartialScratch::get(Backend& backend, int64_t rows, int64_t heads, i
   if (!fits) {
     const int64_t cap = std::max<int64_t>(rows, o_.empty() ? 0 : o_.view().dim(0));
     if (!o_.empty()) backend.synchronize();  // queued ops may still use the old pair
-    lse_ = BackendBuffer();                  // freed before the larger pair is allocated
-    o_ = BackendBuffer();
-    o_ = BackendBuffer(backend, DType::kF32, {cap, heads, d});
-    lse_ = BackendBuffer(backend, DType::kF32, {cap, heads});
+    lse_ = Buffer();                         // freed before the larger pair is allocated
+    o_ = Buffer();
+    o_ = Buffer(backend, DType::kF32, {cap, heads, d});
+    lse_ = Buffer(backend, DType::kF32, {cap, heads});
   }
   return AttnPartial{o_.view().slice(0, rows), lse_.view().slice(0, rows)};
 }

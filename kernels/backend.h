@@ -4,8 +4,8 @@
 //
 // Shapes are written (rows, cols) row-major; "n" is the number of token rows in the step.
 //
-// Memory: every TensorView an op takes lives in the backend's own memory (allocate(), or a
-// BackendBuffer), except where an op says otherwise. The host moves data in and out with upload
+// Memory: every TensorView an op takes lives in the backend's own memory (allocate(), or a Buffer
+// of it), except where an op says otherwise. The host moves data in and out with upload
 // and download; on the CPU backend that memory is ordinary host memory and the host may read it
 // in place (host_accessible()).
 #pragma once
@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "kernels/attn_partial.h"
+#include "kernels/buffer.h"
 #include "kernels/sample_row.h"
 #include "kernels/tensor.h"
 
@@ -211,39 +212,11 @@ class Backend {
   virtual void download(const TensorView& src, const TensorView& dst);
 };
 
-// Owning allocation of backend memory with a contiguous view of the backend's memory kind. The
-// backend must outlive it.
-class BackendBuffer {
- public:
-  BackendBuffer() = default;
-  BackendBuffer(Backend& backend, DType t, std::initializer_list<int64_t> dims);
-  // A contiguous copy of a host view (same dtype and shape) in the backend's memory.
-  static BackendBuffer upload(Backend& backend, const TensorView& host);
-  // Host memory the backend's merge reads in place (Backend::allocate_host), viewed with
-  // host_memory_kind().
-  static BackendBuffer host(Backend& backend, DType t, std::initializer_list<int64_t> dims);
-
-  const TensorView& view() const { return view_; }
-  template <typename T>
-  T* as() const {
-    return view_.as<T>();
-  }
-  bool empty() const { return view_.empty(); }
-
- private:
-  struct Free {
-    Backend* backend;  // value-initialised (null) in an empty buffer
-    bool host;         // from allocate_host (value-initialised: false)
-    void operator()(void* p) const {
-      if (host)
-        backend->deallocate_host(p);
-      else
-        backend->deallocate(p);
-    }
-  };
-  std::unique_ptr<void, Free> mem_;
-  TensorView view_;
-};
+// The allocators of a backend's two memories, for Buffer and for anything that allocates through
+// an Allocator: allocate/deallocate (memory_kind()) and allocate_host/deallocate_host
+// (host_memory_kind()). The backend must outlive every allocation made through them.
+Allocator backend_memory(Backend& backend);
+Allocator backend_host_memory(Backend& backend);
 
 // Grow-only backend memory for one attention partial of up to `rows` query rows: what
 // attention_batch_loop computes a group's later segments into. Freed with its buffers (the
@@ -255,7 +228,7 @@ class PartialScratch {
   bool empty() const { return o_.empty(); }
 
  private:
-  BackendBuffer o_, lse_;
+  Buffer o_, lse_;
 };
 
 // Throws unless the segments fit q [n, Hq, d], q_pos [n] and out (every segment's rows inside

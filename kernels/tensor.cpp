@@ -1,8 +1,6 @@
-// TensorView and Buffer helpers.
+// TensorView helpers.
 #include "kernels/tensor.h"
 
-#include <cstdlib>
-#include <cstring>
 #include <sstream>
 
 namespace tandem {
@@ -66,25 +64,6 @@ TensorView TensorView::reshape(std::initializer_list<int64_t> dims) const {
   TensorView v(data, dtype, dims, memory);
   TANDEM_CHECK(v.numel() == numel(), "reshape ", describe(), " to ", v.describe());
   return v;
-}
-
-void Buffer::Free::operator()(void* p) const { std::free(p); }
-
-Buffer::Buffer(DType t, std::initializer_list<int64_t> dims, MemoryKind mem) {
-  view_ = TensorView(nullptr, t, dims, mem);
-  const int64_t bytes = view_.nbytes();
-  TANDEM_CHECK(bytes >= 0, "negative size");
-  const size_t rounded = static_cast<size_t>((bytes + 63) / 64 * 64);
-  void* p = std::aligned_alloc(64, rounded == 0 ? 64 : rounded);
-  if (p == nullptr) TANDEM_FAIL(kOutOfMemory, "cannot allocate ", bytes, " bytes");
-  mem_.reset(p);
-  view_.data = p;
-}
-
-Buffer Buffer::zeros(DType t, std::initializer_list<int64_t> dims) {
-  Buffer b(t, dims);
-  std::memset(b.view_.data, 0, static_cast<size_t>(b.view_.nbytes()));
-  return b;
 }
 
 }  // namespace tandem

@@ -1,11 +1,10 @@
 // TensorView: a non-owning view (pointer, dtype, shape, row-major strides, memory kind) that
-// every backend call takes; Buffer: an owning, 64-byte aligned allocation with a view.
+// every backend call takes. The owning allocation with a view is Buffer (kernels/buffer.h).
 #pragma once
 
 #include <array>
 #include <cstdint>
 #include <initializer_list>
-#include <memory>
 #include <string>
 
 #include "kernels/common.h"
@@ -49,30 +48,6 @@ struct TensorView {
   TensorView slice(int64_t begin, int64_t end) const;
   // Same bytes, new contiguous shape (the view must be contiguous, numel must agree).
   TensorView reshape(std::initializer_list<int64_t> dims) const;
-};
-
-// Owning aligned allocation on the host (the CPU backend's "device" memory too).
-class Buffer {
- public:
-  Buffer() = default;
-  Buffer(DType t, std::initializer_list<int64_t> dims, MemoryKind mem = MemoryKind::kHost);
-  // Zero-filled when zero is true.
-  static Buffer zeros(DType t, std::initializer_list<int64_t> dims);
-
-  const TensorView& view() const { return view_; }
-  TensorView& view() { return view_; }
-  template <typename T>
-  T* as() const {
-    return view_.as<T>();
-  }
-  bool empty() const { return view_.empty(); }
-
- private:
-  struct Free {
-    void operator()(void* p) const;
-  };
-  std::unique_ptr<void, Free> mem_;
-  TensorView view_;
 };
 
 }  // namespace tandem

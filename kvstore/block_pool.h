@@ -46,7 +46,7 @@ class BlockPool {
   MemoryKind memory_;
   Backend* backend_;
   bool mirrored_;
-  std::vector<BackendBuffer> backend_chunks_;
+  std::vector<Buffer> backend_chunks_;
   std::vector<Buffer> chunks_;  // host blocks, or the mirrors of the backend blocks
   std::vector<int32_t> free_;
   std::vector<bool> in_use_;  // guards against double free

@@ -151,11 +151,11 @@ void HybridRunner::host_partial_dense(Backend& be, const Seq& s, int32_t layer, 
     HostSpanStaging& st = sh_.staging;
     if (st.elems < nb * elems) {
       const int64_t cap = std::max(nb * elems, st.elems * 3 / 2);
-      st.k = BackendBuffer();  // free the old span before taking the new one
-      st.v = BackendBuffer();
+      st.k = Buffer();  // free the old span before taking the new one
+      st.v = Buffer();
       st.elems = 0;
-      st.k = BackendBuffer(sh_.backend, bk.layout.dtype, {cap});
-      st.v = BackendBuffer(sh_.backend, bk.layout.dtype, {cap});
+      st.k = Buffer(sh_.backend, bk.layout.dtype, {cap});
+      st.v = Buffer(sh_.backend, bk.layout.dtype, {cap});
       st.elems = cap;
     }
     for (int64_t j = 0; j < nb; ++j) {

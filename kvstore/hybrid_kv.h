@@ -23,7 +23,7 @@ class HybridRunner;
 // Backend memory that an exact prefill on a device backend uploads a layer's host blocks into,
 // one after the other, to attend them in one paged call; grows to the largest host part seen.
 struct HostSpanStaging {
-  BackendBuffer k, v;
+  Buffer k, v;
   int64_t elems = 0;  // capacity of each, in KV elements
 };
 

@@ -50,7 +50,7 @@ StepPlan plan_hybrid(const HybridShared& shared, int64_t device_free,
 
 HybridRunner::HybridRunner(HybridShared& shared)
     : sh_(shared), slots_(static_cast<size_t>(shared.shape.n_layer)) {
-  flags_ = BackendBuffer::host(sh_.backend, DType::kI32, {2, sh_.shape.n_layer});
+  flags_ = Buffer::host(sh_.backend, DType::kI32, {2, sh_.shape.n_layer});
   std::fill_n(flags_.as<int32_t>(), 2 * sh_.shape.n_layer, 0);
 }
 
@@ -164,10 +164,10 @@ void HybridRunner::ensure_rows(int64_t rows) {
   const int64_t cap = std::max(rows, cap_rows_ * 3 / 2);
   const int64_t qd = int64_t{sh_.shape.n_head_q} * sh_.shape.head_dim;
   const int64_t part = qd + sh_.shape.n_head_q;
-  queries_ = BackendBuffer();
-  partials_ = BackendBuffer();
-  queries_ = BackendBuffer::host(sh_.backend, DType::kF32, {sh_.shape.n_layer, cap * qd});
-  partials_ = BackendBuffer::host(sh_.backend, DType::kF32, {sh_.shape.n_layer, cap * part});
+  queries_ = Buffer();
+  partials_ = Buffer();
+  queries_ = Buffer::host(sh_.backend, DType::kF32, {sh_.shape.n_layer, cap * qd});
+  partials_ = Buffer::host(sh_.backend, DType::kF32, {sh_.shape.n_layer, cap * part});
   cap_rows_ = cap;
 }
 
@@ -196,8 +196,8 @@ TensorView HybridRunner::partial_flag(int32_t layer) const {
 
 AttnPartial HybridRunner::scratch(int64_t n) {
   if (n > tmp_rows_) {
-    tmp_o_ = BackendBuffer(sh_.backend, DType::kF32, {n, sh_.shape.n_head_q, sh_.shape.head_dim});
-    tmp_lse_ = BackendBuffer(sh_.backend, DType::kF32, {n, sh_.shape.n_head_q});
+    tmp_o_ = Buffer(sh_.backend, DType::kF32, {n, sh_.shape.n_head_q, sh_.shape.head_dim});
+    tmp_lse_ = Buffer(sh_.backend, DType::kF32, {n, sh_.shape.n_head_q});
     tmp_rows_ = n;
   }
   return AttnPartial{tmp_o_.view().slice(0, n), tmp_lse_.view().slice(0, n)};

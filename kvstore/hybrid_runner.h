@@ -94,10 +94,10 @@ class HybridRunner final : public KvStepRunner {
   int64_t rows_ = 0;                     // rows of the step
   int64_t ahead_lo_ = 0, ahead_hi_ = 0;  // rows that want a query of the next layer
   bool oracle_ = false;
-  int64_t cap_rows_ = 0;              // rows the host buffers hold per layer
-  BackendBuffer queries_, partials_;  // allocate_host
-  BackendBuffer flags_;               // i32 [2, n_layer]: per layer the query's, the partial's
-  BackendBuffer tmp_o_, tmp_lse_;     // one span's partial (backend memory)
+  int64_t cap_rows_ = 0;       // rows the host buffers hold per layer
+  Buffer queries_, partials_;  // allocate_host
+  Buffer flags_;               // i32 [2, n_layer]: per layer the query's, the partial's
+  Buffer tmp_o_, tmp_lse_;     // one span's partial (backend memory)
   int64_t tmp_rows_ = 0;
   std::vector<float> q_stage_, k_stage_, v_stage_, lse_stage_, new_maw_;
   std::vector<int64_t> page_offsets_;

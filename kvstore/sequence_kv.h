@@ -74,7 +74,7 @@ class DenseKv final : public SequenceKv {
   KvShape shape_;
   int32_t capacity_;
   int32_t length_ = 0;
-  std::vector<BackendBuffer> k_, v_;  // per layer
+  std::vector<Buffer> k_, v_;  // per layer
 };
 
 }  // namespace tandem

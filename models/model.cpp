@@ -9,7 +9,7 @@ namespace tandem {
 namespace {
 
 // A contiguous [rows, cols] view at the start of a flat scratch buffer.
-TensorView rows_view(const BackendBuffer& b, int64_t rows, int64_t cols) {
+TensorView rows_view(const Buffer& b, int64_t rows, int64_t cols) {
   TANDEM_CHECK(rows * cols <= b.view().numel(), "scratch too small");
   return TensorView(b.view().data, DType::kF32, {rows, cols}, b.view().memory);
 }
@@ -83,8 +83,7 @@ void Model::upload_weights() {
     const auto key = std::make_pair(static_cast<const void*>(t->data), t->nbytes());
     auto it = uploaded.find(key);
     if (it == uploaded.end()) {
-      const TensorView& dev =
-          device_weights_.emplace_back(BackendBuffer::upload(backend_, *t)).view();
+      const TensorView& dev = device_weights_.emplace_back(Buffer::upload(backend_, *t)).view();
       it = uploaded.emplace(key, dev).first;
     }
     TANDEM_CHECK(it->second.dtype == t->dtype && it->second.numel() == t->numel(),
@@ -121,27 +120,27 @@ void Model::ensure_workspace(int64_t n, int64_t rows) {
   Backend& be = backend_;
   if (n > ws_tokens_) {
     const int64_t wide = std::max<int64_t>(c.hidden, c.embed_dim);
-    ids_ = BackendBuffer(be, DType::kI32, {n});
-    pos_ = BackendBuffer(be, DType::kI32, {n});
-    pos_rows_ = BackendBuffer(be, DType::kI32, {n});
-    x_ = BackendBuffer(be, DType::kF32, {n, c.hidden});
-    h_ = BackendBuffer(be, DType::kF32, {n, c.hidden});
-    q_ = BackendBuffer(be, DType::kF32, {n, c.n_head_q, c.head_dim});
-    k_ = BackendBuffer(be, DType::kF32, {n, c.n_head_kv, c.head_dim});
-    v_ = BackendBuffer(be, DType::kF32, {n, c.n_head_kv, c.head_dim});
-    o_ = BackendBuffer(be, DType::kF32, {n, c.n_head_q, c.head_dim});
-    lse_ = BackendBuffer(be, DType::kF32, {n, c.n_head_q});
-    attn_out_ = BackendBuffer(be, DType::kF32, {n, c.hidden});
-    gate_ = BackendBuffer(be, DType::kF32, {n, c.ffn});
-    up_ = BackendBuffer(be, DType::kF32, {n, c.ffn});
-    emb_ = BackendBuffer(be, DType::kF32, {n * wide});
-    pred_h_ = BackendBuffer(be, DType::kF32, {n, c.hidden});
-    pred_q_ = BackendBuffer(be, DType::kF32, {n, c.n_head_q, c.head_dim});
+    ids_ = Buffer(be, DType::kI32, {n});
+    pos_ = Buffer(be, DType::kI32, {n});
+    pos_rows_ = Buffer(be, DType::kI32, {n});
+    x_ = Buffer(be, DType::kF32, {n, c.hidden});
+    h_ = Buffer(be, DType::kF32, {n, c.hidden});
+    q_ = Buffer(be, DType::kF32, {n, c.n_head_q, c.head_dim});
+    k_ = Buffer(be, DType::kF32, {n, c.n_head_kv, c.head_dim});
+    v_ = Buffer(be, DType::kF32, {n, c.n_head_kv, c.head_dim});
+    o_ = Buffer(be, DType::kF32, {n, c.n_head_q, c.head_dim});
+    lse_ = Buffer(be, DType::kF32, {n, c.n_head_q});
+    attn_out_ = Buffer(be, DType::kF32, {n, c.hidden});
+    gate_ = Buffer(be, DType::kF32, {n, c.ffn});
+    up_ = Buffer(be, DType::kF32, {n, c.ffn});
+    emb_ = Buffer(be, DType::kF32, {n * wide});
+    pred_h_ = Buffer(be, DType::kF32, {n, c.hidden});
+    pred_q_ = Buffer(be, DType::kF32, {n, c.n_head_q, c.head_dim});
     ws_tokens_ = n;
   }
   if (rows > ws_logit_rows_) {
-    logit_in_ = BackendBuffer(be, DType::kF32, {rows * std::max<int64_t>(c.hidden, c.embed_dim)});
-    logits_ = BackendBuffer(be, DType::kF32, {rows, c.vocab_size});
+    logit_in_ = Buffer(be, DType::kF32, {rows * std::max<int64_t>(c.hidden, c.embed_dim)});
+    logits_ = Buffer(be, DType::kF32, {rows, c.vocab_size});
     if (!be.host_accessible()) host_logits_ = Buffer(DType::kF32, {rows, c.vocab_size});
     ws_logit_rows_ = rows;
   }

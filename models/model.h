@@ -98,14 +98,14 @@ class Model {
   TensorStore store_;
   ModelWeights w_;
 
-  std::vector<BackendBuffer> device_weights_;  // the uploaded weights (empty on the CPU)
+  std::vector<Buffer> device_weights_;  // the uploaded weights (empty on the CPU)
 
   // Workspace in backend memory, grown on demand; sized for ws_tokens_ rows.
   int64_t ws_tokens_ = 0, ws_logit_rows_ = 0;
-  BackendBuffer ids_, pos_, pos_rows_, x_, h_, q_, k_, v_, o_, lse_, attn_out_, gate_, up_, emb_;
-  BackendBuffer logit_in_, logits_;
-  int64_t last_rows_ = 0;          // logit rows of the last step
-  BackendBuffer pred_h_, pred_q_;  // layer-ahead predicted queries
+  Buffer ids_, pos_, pos_rows_, x_, h_, q_, k_, v_, o_, lse_, attn_out_, gate_, up_, emb_;
+  Buffer logit_in_, logits_;
+  int64_t last_rows_ = 0;   // logit rows of the last step
+  Buffer pred_h_, pred_q_;  // layer-ahead predicted queries
   // Host side: ids and positions built here and uploaded; logits downloaded into host_logits_
   // when the backend's memory is not host-accessible.
   std::vector<int32_t> host_ids_, host_pos_;

@@ -15,6 +15,7 @@
 #include <random>
 #include <vector>
 
+#include "kernels/buffer.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/dtype.h"
 #include "kernels/tensor.h"

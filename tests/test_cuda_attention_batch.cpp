@@ -151,21 +151,21 @@ Scenario make_scenario(int64_t hq, int64_t hkv, int64_t d, DType kv, int64_t n,
 
 // A scenario in one backend's memory, its segments viewing it.
 struct OnBackend {
-  BackendBuffer q, pos, own_k, own_v;
-  std::vector<BackendBuffer> k, v;
+  Buffer q, pos, own_k, own_v;
+  std::vector<Buffer> k, v;
   std::vector<AttnSegment> segs;
   std::vector<std::vector<int64_t>> offsets;  // what segs' pages point at
 };
 
 OnBackend place(Backend& be, const Scenario& sc) {
   OnBackend ob;
-  ob.q = BackendBuffer::upload(be, sc.q.view());
-  ob.pos = BackendBuffer::upload(be, sc.pos.view());
-  ob.own_k = BackendBuffer::upload(be, sc.own_k.view());
-  ob.own_v = BackendBuffer::upload(be, sc.own_v.view());
+  ob.q = Buffer::upload(be, sc.q.view());
+  ob.pos = Buffer::upload(be, sc.pos.view());
+  ob.own_k = Buffer::upload(be, sc.own_k.view());
+  ob.own_v = Buffer::upload(be, sc.own_v.view());
   for (const HostSeg& s : sc.segs) {
-    ob.k.push_back(s.own ? BackendBuffer() : BackendBuffer::upload(be, s.k.view()));
-    ob.v.push_back(s.own ? BackendBuffer() : BackendBuffer::upload(be, s.v.view()));
+    ob.k.push_back(s.own ? Buffer() : Buffer::upload(be, s.k.view()));
+    ob.v.push_back(s.own ? Buffer() : Buffer::upload(be, s.v.view()));
     ob.offsets.push_back(s.offsets);
   }
   for (size_t i = 0; i < sc.segs.size(); ++i) {
@@ -194,10 +194,10 @@ struct Result {
 };
 
 struct Out {
-  BackendBuffer o, lse;
+  Buffer o, lse;
   Out(Backend& be, const Scenario& sc)
-      : o(BackendBuffer::upload(be, filled({sc.n, sc.hq, sc.d}, kSentinelO).view())),
-        lse(BackendBuffer::upload(be, filled({sc.n, sc.hq}, kSentinelL).view())) {}
+      : o(Buffer::upload(be, filled({sc.n, sc.hq, sc.d}, kSentinelO).view())),
+        lse(Buffer::upload(be, filled({sc.n, sc.hq}, kSentinelL).view())) {}
   AttnPartial partial() const { return {o.view(), lse.view()}; }
   Result read(Backend& be) const { return {bytes_of(be, o.view()), bytes_of(be, lse.view())}; }
 };
@@ -241,16 +241,16 @@ void loop_calls(Backend& be, const OnBackend& ob, const Scenario& sc, const Attn
   }
 }
 
-BackendBuffer scratch_o(Backend& be, const Scenario& sc) {
-  return BackendBuffer(be, DType::kF32, {sc.n, sc.hq, sc.d});
+Buffer scratch_o(Backend& be, const Scenario& sc) {
+  return Buffer(be, DType::kF32, {sc.n, sc.hq, sc.d});
 }
-BackendBuffer scratch_lse(Backend& be, const Scenario& sc) {
-  return BackendBuffer(be, DType::kF32, {sc.n, sc.hq});
+Buffer scratch_lse(Backend& be, const Scenario& sc) {
+  return Buffer(be, DType::kF32, {sc.n, sc.hq});
 }
 
 Result run_loop(Backend& be, const OnBackend& ob, const Scenario& sc) {
   const Out out(be, sc);
-  const BackendBuffer so = scratch_o(be, sc), sl = scratch_lse(be, sc);
+  const Buffer so = scratch_o(be, sc), sl = scratch_lse(be, sc);
   loop_calls(be, ob, sc, out.partial(), {so.view(), sl.view()});
   return out.read(be);
 }
@@ -403,7 +403,7 @@ TEST_CASE("attention_batch: launches and copies per call do not grow with the gr
       g->synchronize();
       if (pass == 1) batch_counts.push_back(launches_and_copies(cuda_emulator_counters() - before));
     }
-    const BackendBuffer so = scratch_o(*g, sc), sl = scratch_lse(*g, sc);
+    const Buffer so = scratch_o(*g, sc), sl = scratch_lse(*g, sc);
     g->synchronize();
     const CudaEmulatorCounters before = cuda_emulator_counters();
     loop_calls(*g, ob, sc, out.partial(), {so.view(), sl.view()});

@@ -24,6 +24,7 @@
 
 #include "engine/sampler.h"
 #include "kernels/backend.h"
+#include "kernels/buffer.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_memory.h"
 #include "kernels/dtype.h"
@@ -99,22 +100,18 @@ Buffer i32_buffer(const std::vector<int32_t>& v) {
   return b;
 }
 
-// A host copy of a contiguous host buffer of rank <= 3 (the CPU backend works in place on it).
+// A host copy of a contiguous host buffer (the CPU backend works in place on it).
 Buffer clone(const Buffer& src) {
-  const TensorView& v = src.view();
-  REQUIRE((v.ndim >= 1 && v.ndim <= 3));
-  Buffer b = v.ndim == 1   ? Buffer(v.dtype, {v.dim(0)})
-             : v.ndim == 2 ? Buffer(v.dtype, {v.dim(0), v.dim(1)})
-                           : Buffer(v.dtype, {v.dim(0), v.dim(1), v.dim(2)});
-  std::memcpy(b.view().data, v.data, static_cast<size_t>(v.nbytes()));
+  Buffer b = Buffer::like(host_heap(), src.view());
+  std::memcpy(b.view().data, src.view().data, static_cast<size_t>(src.view().nbytes()));
   return b;
 }
 
-DeviceBuffer up(const Buffer& b) { return DeviceBuffer::upload(b.view()); }
+Buffer up(const Buffer& b) { return upload_to_device(b.view()); }
 
 // A device buffer shaped like the host one, poisoned with NaN (0xff bytes).
-DeviceBuffer poisoned_like(const Buffer& b) {
-  DeviceBuffer d = DeviceBuffer::upload(b.view());
+Buffer poisoned_like(const Buffer& b) {
+  Buffer d = Buffer::like(cuda_device_memory(), b.view());
   fill_device_bytes(d.view(), 0xff);
   return d;
 }
@@ -177,14 +174,15 @@ CATCH_REGISTER_LISTENER(SkipWithoutGpu)
 
 TEST_CASE("cuda: memory helpers round-trip device and mapped pinned buffers", "[gpu][memory]") {
   const Buffer h = random_buffer(DType::kF32, {3, 17}, 1);
-  DeviceBuffer d = up(h);
+  Buffer d = up(h);
   CHECK(d.view().memory == MemoryKind::kDevice);
   CHECK(rel_err(down(d.view()), values(h)) == 0.0);
-  MappedBuffer m(DType::kF32, {3, 17});
+  Buffer m(cuda_mapped_memory(), DType::kF32, {3, 17});
   std::memcpy(m.as<float>(), h.as<float>(), static_cast<size_t>(h.view().nbytes()));
   CHECK(m.view().memory == MemoryKind::kPinned);
-  DeviceBuffer d2(DType::kF32, {3, 17});
-  gpu().add(m.device_view(), m.device_view(), d2.view());  // a kernel reading mapped memory
+  Buffer d2(cuda_device_memory(), DType::kF32, {3, 17});
+  const TensorView md = device_alias(m.view());
+  gpu().add(md, md, d2.view());  // a kernel reading mapped memory
   std::vector<float> twice = values(h);
   for (float& x : twice) x *= 2.0f;
   CHECK(rel_err(down(d2.view()), twice) == 0.0);
@@ -198,7 +196,7 @@ TEST_CASE("cuda: embedding gathers f32/f16/bf16 rows", "[gpu][embedding]") {
     const Buffer ids = i32_buffer({3, 999, 0, 512, 3, 77, 640});
     Buffer ref(DType::kF32, {7, 300});
     cpu().embedding(ids.view(), table.view(), ref.view());
-    const DeviceBuffer dt = up(table), di = up(ids), dout = poisoned_like(ref);
+    const Buffer dt = up(table), di = up(ids), dout = poisoned_like(ref);
     gpu().embedding(di.view(), dt.view(), dout.view());
     CHECK(rel_err(down(dout.view()), values(ref)) < kTol32);
   }
@@ -213,15 +211,15 @@ TEST_CASE("cuda: rms_norm and layer_norm, in place too", "[gpu][norm]") {
     Buffer ref_rms(DType::kF32, {5, d}), ref_ln(DType::kF32, {5, d});
     cpu().rms_norm(x.view(), w.view(), 1e-5f, ref_rms.view());
     cpu().layer_norm(x.view(), w.view(), b.view(), 1e-5f, ref_ln.view());
-    const DeviceBuffer dx = up(x), dw = up(w), db = up(b), dout = poisoned_like(x);
+    const Buffer dx = up(x), dw = up(w), db = up(b), dout = poisoned_like(x);
     gpu().rms_norm(dx.view(), dw.view(), 1e-5f, dout.view());
     CHECK(rel_err(down(dout.view()), values(ref_rms)) < kTol32);
     gpu().layer_norm(dx.view(), dw.view(), db.view(), 1e-5f, dout.view());
     CHECK(rel_err(down(dout.view()), values(ref_ln)) < kTol32);
-    const DeviceBuffer dx2 = up(x);
+    const Buffer dx2 = up(x);
     gpu().rms_norm(dx2.view(), dw.view(), 1e-5f, dx2.view());  // out aliases x
     CHECK(rel_err(down(dx2.view()), values(ref_rms)) < kTol32);
-    const DeviceBuffer dx3 = up(x);
+    const Buffer dx3 = up(x);
     gpu().layer_norm(dx3.view(), dw.view(), db.view(), 1e-5f, dx3.view());
     CHECK(rel_err(down(dx3.view()), values(ref_ln)) < kTol32);
   }
@@ -252,11 +250,11 @@ TEST_CASE("cuda: rope neox, interleaved, partial rotary, mscale, large positions
     const Buffer pos = i32_buffer({0, 1, 17, 4095, 100000, 131071});
     Buffer ref = clone(x);
     cpu().rope(ref.view(), pos.view(), rt);
-    const DeviceBuffer dx = up(x), dp = up(pos);
+    const Buffer dx = up(x), dp = up(pos);
     gpu().rope(dx.view(), dp.view(), rt);
     CHECK(rel_err(down(dx.view()), values(ref)) < kTol32);
     // A second call with the same table contents uses the cached upload.
-    const DeviceBuffer dx2 = up(x);
+    const Buffer dx2 = up(x);
     gpu().rope(dx2.view(), dp.view(), rt);
     CHECK(rel_err(down(dx2.view()), values(ref)) < kTol32);
   }
@@ -266,7 +264,7 @@ TEST_CASE("cuda: silu_mul, relu, add, in place too", "[gpu][elementwise]") {
   const Buffer a = random_buffer(DType::kF32, {37, 515}, 40, 8.0f);
   const Buffer b = random_buffer(DType::kF32, {37, 515}, 41, 2.0f);
   Buffer ref(DType::kF32, {37, 515});
-  const DeviceBuffer da = up(a), db = up(b), dout = poisoned_like(a);
+  const Buffer da = up(a), db = up(b), dout = poisoned_like(a);
 
   cpu().silu_mul(a.view(), b.view(), ref.view());
   gpu().silu_mul(da.view(), db.view(), dout.view());
@@ -275,13 +273,13 @@ TEST_CASE("cuda: silu_mul, relu, add, in place too", "[gpu][elementwise]") {
   cpu().add(a.view(), b.view(), ref.view());
   gpu().add(da.view(), db.view(), dout.view());
   CHECK(rel_err(down(dout.view()), values(ref)) < kTol32);
-  const DeviceBuffer da2 = up(a);
+  const Buffer da2 = up(a);
   gpu().add(da2.view(), db.view(), da2.view());
   CHECK(rel_err(down(da2.view()), values(ref)) < kTol32);
 
   Buffer r = clone(a);
   cpu().relu(r.view());
-  const DeviceBuffer da3 = up(a);
+  const Buffer da3 = up(a);
   gpu().relu(da3.view());
   CHECK(rel_err(down(da3.view()), values(r)) < kTol32);
 }
@@ -298,12 +296,12 @@ TEST_CASE("cuda: strided rows (views of wider buffers) in elementwise, norm, sof
       x.as<float>()[r * cols + c] = xw.as<float>()[r * wide + c];
       y.as<float>()[r * cols + c] = yw.as<float>()[r * wide + c];
     }
-  const DeviceBuffer dxw = up(xw), dyw = up(yw);
+  const Buffer dxw = up(xw), dyw = up(yw);
   TensorView dx = dxw.view(), dy = dyw.view();
   dx.shape[1] = cols;
   dy.shape[1] = cols;
   // Packed row-major results of a strided device view.
-  auto packed = [&](const DeviceBuffer& wide_buf) {
+  auto packed = [&](const Buffer& wide_buf) {
     const std::vector<float> all = down(wide_buf.view());
     std::vector<float> out;
     for (int64_t r = 0; r < rows; ++r)
@@ -312,7 +310,7 @@ TEST_CASE("cuda: strided rows (views of wider buffers) in elementwise, norm, sof
   };
   Buffer ref(DType::kF32, {rows, cols});
   {
-    const DeviceBuffer ow = poisoned_like(xw);
+    const Buffer ow = poisoned_like(xw);
     TensorView o = ow.view();
     o.shape[1] = cols;
     cpu().silu_mul(x.view(), y.view(), ref.view());
@@ -320,17 +318,17 @@ TEST_CASE("cuda: strided rows (views of wider buffers) in elementwise, norm, sof
     CHECK(rel_err(packed(ow), values(ref)) < kTol32);
   }
   {
-    const DeviceBuffer ow = poisoned_like(xw);
+    const Buffer ow = poisoned_like(xw);
     TensorView o = ow.view();
     o.shape[1] = cols;
     const Buffer w = random_buffer(DType::kF32, {cols}, 92);
-    const DeviceBuffer dw = up(w);
+    const Buffer dw = up(w);
     cpu().rms_norm(x.view(), w.view(), 1e-6f, ref.view());
     gpu().rms_norm(dx, dw.view(), 1e-6f, o);
     CHECK(rel_err(packed(ow), values(ref)) < kTol32);
   }
   {
-    const DeviceBuffer sw = up(xw);
+    const Buffer sw = up(xw);
     TensorView s = sw.view();
     s.shape[1] = cols;
     Buffer r = clone(x);
@@ -341,10 +339,10 @@ TEST_CASE("cuda: strided rows (views of wider buffers) in elementwise, norm, sof
   for (int64_t n : {3, 6}) {  // GEMV with x rows 320 floats apart; cuBLAS below
     INFO("matmul n=" << n);
     const Buffer w = random_buffer(DType::kBF16, {m, cols}, 93);
-    const DeviceBuffer dw = up(w);
+    const Buffer dw = up(w);
     Buffer r(DType::kF32, {n, m});
     cpu().matmul(x.view().slice(0, n), w.view(), TensorView(), r.view());
-    DeviceBuffer yo(DType::kF32, {n, m + 5});
+    Buffer yo(cuda_device_memory(), DType::kF32, {n, m + 5});
     fill_device_bytes(yo.view(), 0xff);
     TensorView yv = yo.view();
     yv.shape[1] = m;
@@ -357,7 +355,7 @@ TEST_CASE("cuda: strided rows (views of wider buffers) in elementwise, norm, sof
   }
   {  // cuBLAS path: 12 strided rows of f32 weights' input.
     const Buffer xb = random_buffer(DType::kF32, {12, wide}, 94);
-    const DeviceBuffer dxb = up(xb);
+    const Buffer dxb = up(xb);
     TensorView xv = dxb.view();
     xv.shape[1] = cols;
     Buffer xp(DType::kF32, {12, cols});
@@ -365,10 +363,10 @@ TEST_CASE("cuda: strided rows (views of wider buffers) in elementwise, norm, sof
       for (int64_t c = 0; c < cols; ++c)
         xp.as<float>()[r * cols + c] = xb.as<float>()[r * wide + c];
     const Buffer w = random_buffer(DType::kF32, {m, cols}, 95);
-    const DeviceBuffer dw = up(w);
+    const Buffer dw = up(w);
     Buffer r(DType::kF32, {12, m});
     cpu().matmul(xp.view(), w.view(), TensorView(), r.view());
-    const DeviceBuffer yo = poisoned_like(r);
+    const Buffer yo = poisoned_like(r);
     gpu().matmul(xv, dw.view(), TensorView(), yo.view());
     CHECK(rel_err(down(yo.view()), values(r)) < kTol32);
   }
@@ -380,7 +378,7 @@ TEST_CASE("cuda: softmax with masked entries and a fully masked row", "[gpu][sof
   for (int64_t c = 0; c < 1001; ++c) x.as<float>()[2 * 1001 + c] = -kInf;  // row 2 fully
   Buffer ref = clone(x);
   cpu().softmax(ref.view());
-  const DeviceBuffer dx = up(x);
+  const Buffer dx = up(x);
   gpu().softmax(dx.view());
   CHECK(rel_err(down(dx.view()), values(ref)) < kTol32);
 }
@@ -393,14 +391,14 @@ TEST_CASE("cuda: copy converts between f32, f16 and bf16, strided rows too", "[g
       const Buffer src = random_buffer(st, {9, 130}, seed++, 100.0f);
       Buffer ref(dt, {9, 130});
       cpu().copy(src.view(), ref.view());
-      const DeviceBuffer ds = up(src), dd = poisoned_like(ref);
+      const Buffer ds = up(src), dd = poisoned_like(ref);
       gpu().copy(ds.view(), dd.view());
       CHECK(rel_err(down(dd.view()), values(ref)) == 0.0);  // both round to nearest even
     }
   // Rows of 100 out of 130: strided source and destination.
   const Buffer src = random_buffer(DType::kF32, {9, 130}, 70);
-  const DeviceBuffer ds = up(src);
-  DeviceBuffer dd(DType::kBF16, {9, 130});
+  const Buffer ds = up(src);
+  Buffer dd(cuda_device_memory(), DType::kBF16, {9, 130});
   fill_device_bytes(dd.view(), 0);
   TensorView sv = ds.view(), dv = dd.view();
   sv.shape[1] = 100;
@@ -431,7 +429,7 @@ TEST_CASE("cuda: matmul GEMV and cuBLAS paths for every weight dtype", "[gpu][ma
           const Buffer b = random_buffer(DType::kF32, {m}, seed++);
           Buffer ref(DType::kF32, {n, m});
           cpu().matmul(x.view(), w.view(), with_bias ? b.view() : TensorView(), ref.view());
-          const DeviceBuffer dx = up(x), dw = up(w), db = up(b), dy = poisoned_like(ref);
+          const Buffer dx = up(x), dw = up(w), db = up(b), dy = poisoned_like(ref);
           gpu().matmul(dx.view(), dw.view(), with_bias ? db.view() : TensorView(), dy.view());
           // n > 8 with 16-bit weights: cuBLAS rounds x to the weight type.
           const double tol = n > 8 && wt != DType::kF32 ? kTol16 : kTol32;
@@ -458,8 +456,8 @@ void run_attention(const AttnCase& c, uint32_t seed) {
   Buffer ro(DType::kF32, {c.n, c.hq, c.d}), rl(DType::kF32, {c.n, c.hq});
   cpu().attention(q.view(), k.view(), v.view(), pos.view(), c.k_pos0, scale,
                   {ro.view(), rl.view()});
-  const DeviceBuffer dq = up(q), dk = up(k), dv = up(v), dp = up(pos);
-  const DeviceBuffer dox = poisoned_like(ro), dl = poisoned_like(rl);
+  const Buffer dq = up(q), dk = up(k), dv = up(v), dp = up(pos);
+  const Buffer dox = poisoned_like(ro), dl = poisoned_like(rl);
   gpu().attention(dq.view(), dk.view(), dv.view(), dp.view(), c.k_pos0, scale,
                   {dox.view(), dl.view()});
   CHECK(rel_err(down(dox.view()), values(ro)) < kTol32);
@@ -520,8 +518,8 @@ TEST_CASE("cuda: attention_paged over pages of a pool, as the hybrid window uses
       cpu().attention_paged(q.view(), TensorView(k.view().data, t, {t_keys, c.hkv, c.d}),
                             TensorView(v.view().data, t, {t_keys, c.hkv, c.d}), pages, pos.view(),
                             0, scale, {ro.view(), rl.view()});
-      const DeviceBuffer dq = up(q), dk = up(k), dv = up(v), dp = up(pos);
-      const DeviceBuffer dox = poisoned_like(ro), dl = poisoned_like(rl);
+      const Buffer dq = up(q), dk = up(k), dv = up(v), dp = up(pos);
+      const Buffer dox = poisoned_like(ro), dl = poisoned_like(rl);
       TensorView kview = dk.view(), vview = dv.view();
       kview.shape[0] = vview.shape[0] = t_keys;
       gpu().attention_paged(dq.view(), kview, vview, pages, dp.view(), 0, scale,
@@ -591,10 +589,11 @@ TEST_CASE("cuda: merge with -inf and +inf partials, device and mapped pinned", "
     MergeInputs in = merge_inputs(n, h, d, mapped ? 300 : 310);
     Buffer ro = clone(in.ao), rl = clone(in.al);
     cpu().merge({ro.view(), rl.view()}, {in.bo.view(), in.bl.view()});
-    const DeviceBuffer dao = up(in.ao), dal = up(in.al);
+    const Buffer dao = up(in.ao), dal = up(in.al);
     if (mapped) {
       // Rows 1..n of a larger mapped allocation: the partial is a slice, as in a host pool.
-      MappedBuffer bo(DType::kF32, {n + 1, h, d}), bl(DType::kF32, {n + 1, h});
+      Buffer bo(cuda_mapped_memory(), DType::kF32, {n + 1, h, d}),
+          bl(cuda_mapped_memory(), DType::kF32, {n + 1, h});
       std::memcpy(bo.as<float>() + h * d, in.bo.as<float>(),
                   static_cast<size_t>(in.bo.view().nbytes()));
       std::memcpy(bl.as<float>() + h, in.bl.as<float>(),
@@ -603,7 +602,7 @@ TEST_CASE("cuda: merge with -inf and +inf partials, device and mapped pinned", "
                   {bo.view().slice(1, n + 1), bl.view().slice(1, n + 1)});  // read in place
       gpu().synchronize();  // before the mapped buffers go
     } else {
-      const DeviceBuffer dbo = up(in.bo), dbl = up(in.bl);
+      const Buffer dbo = up(in.bo), dbl = up(in.bl);
       gpu().merge({dao.view(), dal.view()}, {dbo.view(), dbl.view()});
       gpu().synchronize();
     }
@@ -627,7 +626,7 @@ TEST_CASE("cuda: merge reads each partial with its own strides", "[gpu][merge]")
       for (int64_t c = 0; c < d; ++c)
         bt.as<float>()[(j * n + i) * d + c] = in.bo.as<float>()[(i * h + j) * d + c];
     }
-  const DeviceBuffer dao = up(in.ao), dal = up(in.al), dbo = up(bt), dbl = up(blt);
+  const Buffer dao = up(in.ao), dal = up(in.al), dbo = up(bt), dbl = up(blt);
   TensorView bo = dbo.view(), bl = dbl.view();
   bo.shape = {n, h, d, 1};
   bo.stride = {d, n * d, 1, 1};
@@ -644,8 +643,10 @@ TEST_CASE("cuda: the stream waits on a flag in mapped memory published by a CPU 
   MergeInputs in = merge_inputs(n, h, d, 320);
   Buffer ro = clone(in.ao), rl = clone(in.al);
   cpu().merge({ro.view(), rl.view()}, {in.bo.view(), in.bl.view()});
-  const DeviceBuffer dao = up(in.ao), dal = up(in.al);
-  MappedBuffer flag(DType::kI32, {1}), bo(DType::kF32, {n, h, d}), bl(DType::kF32, {n, h});
+  const Buffer dao = up(in.ao), dal = up(in.al);
+  Buffer flag(cuda_mapped_memory(), DType::kI32, {1}),
+      bo(cuda_mapped_memory(), DType::kF32, {n, h, d}),
+      bl(cuda_mapped_memory(), DType::kF32, {n, h});
   publish_host_flag(flag.view(), 0);
   // The host partial is not there yet: NaN everywhere, which the merge must never see.
   std::fill_n(bo.as<float>(), n * h * d, std::numeric_limits<float>::quiet_NaN());
@@ -671,9 +672,10 @@ TEST_CASE("cuda: the stream waits on a flag in mapped memory published by a CPU 
 TEST_CASE("cuda: a copy into mapped memory is read by a CPU thread behind a raised flag",
           "[gpu][copy][flag]") {
   const Buffer h = random_buffer(DType::kF32, {1, 8, 64}, 330);
-  const DeviceBuffer src = up(h);
-  DeviceBuffer tmp(DType::kF32, {1, 8, 64});
-  MappedBuffer flag(DType::kI32, {1}), dst(DType::kF32, {1, 8, 64});
+  const Buffer src = up(h);
+  Buffer tmp(cuda_device_memory(), DType::kF32, {1, 8, 64});
+  Buffer flag(cuda_mapped_memory(), DType::kI32, {1}),
+      dst(cuda_mapped_memory(), DType::kF32, {1, 8, 64});
   publish_host_flag(flag.view(), 0);
   std::vector<float> seen;
   // The CPU thread polls the flag, then reads what the device wrote in place.
@@ -701,9 +703,9 @@ TEST_CASE("cuda: attention over two spans merged equals attention over all keys"
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
   Buffer ro(DType::kF32, {n, hq, d}), rl(DType::kF32, {n, hq});
   cpu().attention(q.view(), k.view(), v.view(), pos.view(), 0, scale, {ro.view(), rl.view()});
-  const DeviceBuffer dq = up(q), dk = up(k), dv = up(v), dp = up(pos);
-  const DeviceBuffer ao = poisoned_like(ro), al = poisoned_like(rl);
-  const DeviceBuffer bo = poisoned_like(ro), bl = poisoned_like(rl);
+  const Buffer dq = up(q), dk = up(k), dv = up(v), dp = up(pos);
+  const Buffer ao = poisoned_like(ro), al = poisoned_like(rl);
+  const Buffer bo = poisoned_like(ro), bl = poisoned_like(rl);
   gpu().attention(dq.view(), dk.view().slice(0, cut), dv.view().slice(0, cut), dp.view(), 0, scale,
                   {ao.view(), al.view()});
   gpu().attention(dq.view(), dk.view().slice(cut, t_keys), dv.view().slice(cut, t_keys), dp.view(),
@@ -756,7 +758,7 @@ TEST_CASE("cuda: sampling greedy, temperature, top-k, top-p with given uniforms"
         top_k.push_back(params[i].top_k);
         top_p.push_back(params[i].top_p);
       }
-      const DeviceBuffer dl = up(logits);
+      const Buffer dl = up(logits);
       std::mt19937 rng(ties ? 520 : 530);
       std::uniform_real_distribution<float> uni(0.0f, 1.0f);
       // Fewer draws on the large vocabulary: compute-sanitizer runs this file too.

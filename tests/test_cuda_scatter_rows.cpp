@@ -45,8 +45,8 @@ ScatterCase scatter_case(DType t, int64_t n, int64_t row, uint32_t seed) {
 
 // The pool's bytes after scatter_rows (batch) or after one copy() per row.
 std::vector<uint8_t> run_scatter(Backend& be, const ScatterCase& c, bool batch) {
-  const BackendBuffer src = BackendBuffer::upload(be, c.src.view());
-  const BackendBuffer pool = BackendBuffer::upload(be, c.pool.view());
+  const Buffer src = Buffer::upload(be, c.src.view());
+  const Buffer pool = Buffer::upload(be, c.pool.view());
   if (batch) {
     std::vector<int64_t> offsets = c.offsets;
     be.scatter_rows(src.view(), pool.view(), offsets.data(), c.n);
@@ -87,8 +87,8 @@ TEST_CASE("scatter_rows: nothing for no row; overlapping or outside rows are rej
     if (be == nullptr) continue;
     INFO("backend " << be->name());
     const ScatterCase c = scatter_case(DType::kBF16, 3, 16, 31);
-    const BackendBuffer src = BackendBuffer::upload(*be, c.src.view());
-    const BackendBuffer pool = BackendBuffer::upload(*be, c.pool.view());
+    const Buffer src = Buffer::upload(*be, c.src.view());
+    const Buffer pool = Buffer::upload(*be, c.pool.view());
     const std::vector<uint8_t> before = bytes_of(*be, pool.view());
     be->scatter_rows(src.view().slice(0, 0), pool.view(), nullptr, 0);
     CHECK(first_diff(bytes_of(*be, pool.view()), before) == -1);
@@ -108,8 +108,8 @@ TEST_CASE("scatter_rows: one upload and one launch per call, whatever the rows",
   }
   for (int64_t n : {1, 8, 32}) {
     const ScatterCase c = scatter_case(DType::kF16, n, 128, 900);
-    const BackendBuffer src = BackendBuffer::upload(*g, c.src.view());
-    const BackendBuffer pool = BackendBuffer::upload(*g, c.pool.view());
+    const Buffer src = Buffer::upload(*g, c.src.view());
+    const Buffer pool = Buffer::upload(*g, c.pool.view());
     g->synchronize();
     const CudaEmulatorCounters before = cuda_emulator_counters();
     g->scatter_rows(src.view(), pool.view(), c.offsets.data(), n);

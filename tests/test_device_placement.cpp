@@ -32,6 +32,7 @@
 
 #include "engine/engine.h"
 #include "kernels/backend.h"
+#include "kernels/buffer.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kvstore/kv_store.h"
 #include "models/model.h"
@@ -329,7 +330,7 @@ KvConfig dense() {
 
 TEST_CASE("the fake device rejects host operands", "[placement]") {
   FakeDevice dev;
-  BackendBuffer a(dev, DType::kF32, {4}), b(dev, DType::kF32, {4});
+  Buffer a(dev, DType::kF32, {4}), b(dev, DType::kF32, {4});
   std::vector<float> host(4, 1.0f);
   const TensorView hv(host.data(), DType::kF32, {4});
   dev.upload(hv, a.view());
@@ -441,14 +442,11 @@ TEST_CASE("imported KV on the fake device decodes like the CPU backend, bit for 
     auto seq = store.new_sequence(64);
     for (int32_t l = 0; l < 2; ++l) seq->import_kv(be, l, k.data(), v.data(), n);
     seq->advance(n);
-    const BackendBuffer dq =
-        BackendBuffer::upload(be, TensorView(q.data(), DType::kF32, {1, 4, 8}));
-    const BackendBuffer dk =
-        BackendBuffer::upload(be, TensorView(kd.data(), DType::kF32, {1, 2, 8}));
-    const BackendBuffer dv =
-        BackendBuffer::upload(be, TensorView(vd.data(), DType::kF32, {1, 2, 8}));
-    const BackendBuffer dp = BackendBuffer::upload(be, TensorView(&pos, DType::kI32, {1}));
-    const BackendBuffer o(be, DType::kF32, {1, 4, 8}), lse(be, DType::kF32, {1, 4});
+    const Buffer dq = Buffer::upload(be, TensorView(q.data(), DType::kF32, {1, 4, 8}));
+    const Buffer dk = Buffer::upload(be, TensorView(kd.data(), DType::kF32, {1, 2, 8}));
+    const Buffer dv = Buffer::upload(be, TensorView(vd.data(), DType::kF32, {1, 2, 8}));
+    const Buffer dp = Buffer::upload(be, TensorView(&pos, DType::kI32, {1}));
+    const Buffer o(be, DType::kF32, {1, 4, 8}), lse(be, DType::kF32, {1, 4});
     std::vector<float> out;
     test::run_kv_step(*seq, 1, true, false, [&](KvStep& step) {
       for (int32_t l = 0; l < 2; ++l) {

@@ -9,6 +9,7 @@
 #include <random>
 
 #include "kernels/backend.h"
+#include "kernels/buffer.h"
 #include "kvstore/kv_store.h"
 #include "kvstore/selection.h"
 #include "models/model.h"

@@ -12,10 +12,10 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
 #include <vector>
 
+#include "kernels/buffer.h"
 #include "kernels/common.h"
 
 namespace tandem {
@@ -86,8 +86,8 @@ double measure_read_bandwidth_gbs(size_t bytes, int threads) {
   // Each slice a multiple of 32 floats (128 bytes).
   const size_t slice = std::max<size_t>(1, bytes / 128 / static_cast<size_t>(nt)) * 32;
   const size_t total = slice * static_cast<size_t>(nt);
-  auto* buf = static_cast<float*>(std::aligned_alloc(64, total * sizeof(float)));
-  if (buf == nullptr) TANDEM_FAIL(kOutOfMemory, "membw: cannot allocate ", bytes, " bytes");
+  const Buffer owned(DType::kF32, {static_cast<int64_t>(total)});
+  float* const buf = owned.as<float>();
   tbb::task_arena arena(nt);
   std::vector<float> sums(static_cast<size_t>(nt));
   // Touch every page from the worker that will read it (first-touch placement), non-zero data.
@@ -117,7 +117,6 @@ double measure_read_bandwidth_gbs(size_t bytes, int threads) {
   // The sums feed a visible side effect so the reads cannot be optimised away.
   volatile float sink = 0.0f;
   for (float s : sums) sink = sink + s;
-  std::free(buf);
   return best;
 }
 

@@ -1,6 +1,5 @@
-// cuda_memory.h on CUDA: cudaMalloc / cudaHostAlloc(mapped) buffers and synchronous copies.
+// cuda_memory.h on CUDA: cudaMalloc / cudaHostAlloc(mapped) allocators and synchronous copies.
 #include <algorithm>
-#include <vector>
 
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/cuda_memory.h"
@@ -8,24 +7,32 @@
 namespace tandem {
 namespace {
 
-// v with new data and memory kind, row-major contiguous strides.
-TensorView contiguous_like(const TensorView& v, void* data, MemoryKind mem) {
-  TensorView out = v;
-  out.data = data;
-  out.memory = mem;
-  int64_t s = 1;
-  for (int k = v.ndim - 1; k >= 0; --k) {
-    out.stride[static_cast<size_t>(k)] = s;
-    s *= v.shape[static_cast<size_t>(k)];
-  }
-  return out;
-}
-
-void* device_alloc(int64_t bytes) {
+// `bytes` from cudaMalloc (1 for zero, so that every allocation has its own pointer), or
+// kOutOfMemory; the failure is cleared (not sticky).
+void* device_allocate(void*, int64_t bytes) {
   void* p = nullptr;
-  if (bytes > 0) TANDEM_CUDA_CHECK(cudaMalloc(&p, static_cast<size_t>(bytes)));
+  const cudaError_t e = cudaMalloc(&p, static_cast<size_t>(std::max<int64_t>(bytes, 1)));
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    TANDEM_FAIL(kOutOfMemory, "cannot allocate ", bytes,
+                " bytes of device memory: ", cudaGetErrorString(e));
+  }
   return p;
 }
+void device_deallocate(void*, void* p) noexcept { cudaFree(p); }
+
+void* mapped_allocate(void*, int64_t bytes) {
+  void* p = nullptr;
+  const cudaError_t e = cudaHostAlloc(&p, static_cast<size_t>(std::max<int64_t>(bytes, 1)),
+                                      cudaHostAllocMapped | cudaHostAllocPortable);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    TANDEM_FAIL(kOutOfMemory, "cannot allocate ", bytes,
+                " bytes of pinned host memory: ", cudaGetErrorString(e));
+  }
+  return p;
+}
+void mapped_deallocate(void*, void* p) noexcept { cudaFreeHost(p); }
 
 // Waits for all work on the device.
 void device_synchronize() { TANDEM_CUDA_CHECK(cudaDeviceSynchronize()); }
@@ -47,38 +54,27 @@ void copy_to_device(const TensorView& src, const TensorView& dst) {
 
 }  // namespace
 
-void DeviceBuffer::Free::operator()(void* p) const { cudaFree(p); }
-void MappedBuffer::Free::operator()(void* p) const { cudaFreeHost(p); }
-
-DeviceBuffer::DeviceBuffer(DType t, std::initializer_list<int64_t> dims) {
-  const TensorView shape(nullptr, t, dims, MemoryKind::kDevice);
-  mem_.reset(device_alloc(shape.nbytes()));
-  view_ = contiguous_like(shape, mem_.get(), MemoryKind::kDevice);
+Allocator cuda_device_memory() {
+  return {&device_allocate, &device_deallocate, nullptr, MemoryKind::kDevice};
 }
 
-DeviceBuffer DeviceBuffer::upload(const TensorView& host) {
+Allocator cuda_mapped_memory() {
+  return {&mapped_allocate, &mapped_deallocate, nullptr, MemoryKind::kPinned};
+}
+
+TensorView device_alias(const TensorView& mapped) {
+  TANDEM_CHECK(mapped.memory == MemoryKind::kPinned, "device alias of ", mapped.describe());
+  TensorView v = mapped;
+  v.data = cuda::device_pointer(mapped);
+  v.memory = MemoryKind::kDevice;
+  return v;
+}
+
+Buffer upload_to_device(const TensorView& host) {
   TANDEM_CHECK(host.contiguous(), "upload of a strided view ", host.describe());
-  DeviceBuffer b;
-  b.mem_.reset(device_alloc(host.nbytes()));
-  b.view_ = contiguous_like(host, b.mem_.get(), MemoryKind::kDevice);
-  copy_to_device(host, b.view_);
+  Buffer b = Buffer::like(cuda_device_memory(), host);
+  copy_to_device(host, b.view());
   return b;
-}
-
-MappedBuffer::MappedBuffer(DType t, std::initializer_list<int64_t> dims) {
-  const TensorView shape(nullptr, t, dims, MemoryKind::kPinned);
-  void* p = nullptr;
-  if (shape.nbytes() > 0)
-    TANDEM_CUDA_CHECK(cudaHostAlloc(&p, static_cast<size_t>(shape.nbytes()),
-                                    cudaHostAllocMapped | cudaHostAllocPortable));
-  mem_.reset(p);
-  view_ = contiguous_like(shape, p, MemoryKind::kPinned);
-}
-
-TensorView MappedBuffer::device_view() const {
-  void* dev = nullptr;
-  if (view_.data != nullptr) TANDEM_CUDA_CHECK(cudaHostGetDevicePointer(&dev, view_.data, 0));
-  return contiguous_like(view_, dev, MemoryKind::kDevice);
 }
 
 void copy_to_host(const TensorView& src, const TensorView& dst) {
@@ -100,8 +96,8 @@ void fill_device_bytes(const TensorView& dst, uint8_t byte) {
 }
 
 double measure_d2d_bandwidth_gbs(size_t bytes) {
-  DeviceBuffer a(DType::kU8, {static_cast<int64_t>(bytes)});
-  DeviceBuffer b(DType::kU8, {static_cast<int64_t>(bytes)});
+  const Buffer a(cuda_device_memory(), DType::kU8, {static_cast<int64_t>(bytes)});
+  const Buffer b(cuda_device_memory(), DType::kU8, {static_cast<int64_t>(bytes)});
   TANDEM_CUDA_CHECK(cudaMemset(a.view().data, 1, bytes));
   cudaEvent_t start, stop;
   TANDEM_CUDA_CHECK(cudaEventCreate(&start));

@@ -1,63 +1,29 @@
-// Device memory, mapped pinned host memory and copies, for code that must not include the CUDA
-// headers (tests, benchmarks, later the model). Built from cuda_memory.cu with CUDA and from
-// cuda_stub.cpp without it, where every call throws kUnsupported (cuda_device_info().count is 0
-// there, so callers can check first).
+// Allocators of device memory and mapped pinned host memory, and copies, for code that must not
+// include the CUDA headers (tests, benchmarks, later the model). Built from cuda_memory.cu with
+// CUDA and from cuda_stub.cpp without it, where every call throws kUnsupported
+// (cuda_device_info().count is 0 there, so callers can check first).
 #pragma once
 
 #include <cstdint>
-#include <initializer_list>
-#include <memory>
 
+#include "kernels/buffer.h"
 #include "kernels/tensor.h"
 
 namespace tandem {
 
-// Owning device allocation (cudaMalloc) with a contiguous MemoryKind::kDevice view.
-class DeviceBuffer {
- public:
-  DeviceBuffer() = default;
-  DeviceBuffer(DType t, std::initializer_list<int64_t> dims);
-  // A contiguous device copy of a host view (same dtype and shape).
-  static DeviceBuffer upload(const TensorView& host);
-
-  const TensorView& view() const { return view_; }
-  template <typename T>
-  T* as() const {
-    return view_.as<T>();
-  }
-  bool empty() const { return view_.empty(); }
-
- private:
-  struct Free {
-    void operator()(void* p) const;
-  };
-  std::unique_ptr<void, Free> mem_;
-  TensorView view_;
-};
-
-// Owning pinned host allocation mapped into the device address space (cudaHostAlloc with
-// cudaHostAllocMapped | cudaHostAllocPortable). view() is the host side (MemoryKind::kPinned),
-// usable by the CPU and, read in place over the bus, by kernels that accept pinned operands;
-// device_view() is the same bytes through the device alias (MemoryKind::kDevice).
-class MappedBuffer {
- public:
-  MappedBuffer() = default;
-  MappedBuffer(DType t, std::initializer_list<int64_t> dims);
-
-  const TensorView& view() const { return view_; }
-  TensorView device_view() const;
-  template <typename T>
-  T* as() const {
-    return view_.as<T>();
-  }
-
- private:
-  struct Free {
-    void operator()(void* p) const;
-  };
-  std::unique_ptr<void, Free> mem_;
-  TensorView view_;
-};
+// cudaMalloc'd device memory (MemoryKind::kDevice), given back with cudaFree (which waits for
+// the device). No backend's: for code that drives the kernels directly.
+Allocator cuda_device_memory();
+// Pinned host memory mapped into the device's address space (cudaHostAlloc with
+// cudaHostAllocMapped | cudaHostAllocPortable), viewed as MemoryKind::kPinned: the CPU reads and
+// writes it, and kernels that accept pinned operands read it in place over the bus.
+Allocator cuda_mapped_memory();
+// The same bytes as `mapped` (cuda_mapped_memory, any part of it) through their device address,
+// viewed as MemoryKind::kDevice.
+TensorView device_alias(const TensorView& mapped);
+// A contiguous copy of a host view (same dtype and shape) in cuda_device_memory, visible to every
+// stream when the call returns.
+Buffer upload_to_device(const TensorView& host);
 
 // src (device) -> dst (host): waits for all device work first (every stream), then copies.
 void copy_to_host(const TensorView& src, const TensorView& dst);

@@ -16,12 +16,10 @@ namespace {
 CudaDeviceInfo cuda_device_info() { return {}; }
 std::unique_ptr<Backend> make_cuda_backend() { no_cuda("the CUDA backend"); }
 
-void DeviceBuffer::Free::operator()(void*) const {}
-void MappedBuffer::Free::operator()(void*) const {}
-DeviceBuffer::DeviceBuffer(DType, std::initializer_list<int64_t>) { no_cuda("DeviceBuffer"); }
-DeviceBuffer DeviceBuffer::upload(const TensorView&) { no_cuda("DeviceBuffer"); }
-MappedBuffer::MappedBuffer(DType, std::initializer_list<int64_t>) { no_cuda("MappedBuffer"); }
-TensorView MappedBuffer::device_view() const { no_cuda("MappedBuffer"); }
+Allocator cuda_device_memory() { no_cuda("cuda_device_memory"); }
+Allocator cuda_mapped_memory() { no_cuda("cuda_mapped_memory"); }
+TensorView device_alias(const TensorView&) { no_cuda("device_alias"); }
+Buffer upload_to_device(const TensorView&) { no_cuda("upload_to_device"); }
 void copy_to_host(const TensorView&, const TensorView&) { no_cuda("copy_to_host"); }
 void fill_device_bytes(const TensorView&, uint8_t) { no_cuda("fill_device_bytes"); }
 double measure_d2d_bandwidth_gbs(size_t) { no_cuda("measure_d2d_bandwidth_gbs"); }

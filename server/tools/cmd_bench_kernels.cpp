@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "kernels/backend.h"
+#include "kernels/buffer.h"
 #include "kernels/common.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_memory.h"
@@ -96,21 +97,18 @@ void bench_merge(Backend& gpu, Backend& cpu, int64_t n, int64_t heads, int64_t d
          al = random_host(DType::kF32, {n, heads}, 2, 5);
   const Buffer bo = random_host(DType::kF32, {n, heads, d}, 3);
   const Buffer bl = random_host(DType::kF32, {n, heads}, 4, 5);
-  const DeviceBuffer dao = DeviceBuffer::upload(ao.view()), dal = DeviceBuffer::upload(al.view());
-  DeviceBuffer dbo, dbl;
-  MappedBuffer mbo, mbl;
-  AttnPartial b;
+  const Buffer dao = upload_to_device(ao.view()), dal = upload_to_device(al.view());
+  Buffer dbo, dbl;  // b in device memory, or in mapped pinned memory
   if (mapped) {
-    mbo = MappedBuffer(DType::kF32, {n, heads, d});
-    mbl = MappedBuffer(DType::kF32, {n, heads});
-    std::copy_n(bo.as<float>(), bo.view().numel(), mbo.as<float>());
-    std::copy_n(bl.as<float>(), bl.view().numel(), mbl.as<float>());
-    b = {mbo.view(), mbl.view()};
+    dbo = Buffer(cuda_mapped_memory(), DType::kF32, {n, heads, d});
+    dbl = Buffer(cuda_mapped_memory(), DType::kF32, {n, heads});
+    std::copy_n(bo.as<float>(), bo.view().numel(), dbo.as<float>());
+    std::copy_n(bl.as<float>(), bl.view().numel(), dbl.as<float>());
   } else {
-    dbo = DeviceBuffer::upload(bo.view());
-    dbl = DeviceBuffer::upload(bl.view());
-    b = {dbo.view(), dbl.view()};
+    dbo = upload_to_device(bo.view());
+    dbl = upload_to_device(bl.view());
   }
+  const AttnPartial b{dbo.view(), dbl.view()};
   const AttnPartial a{dao.view(), dal.view()};
   gpu.merge(a, b);
   cpu.merge({ao.view(), al.view()}, {bo.view(), bl.view()});
@@ -144,9 +142,10 @@ void bench_attention(Backend& gpu, Backend& cpu, int64_t n, int64_t hq, int64_t 
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
   Buffer ro(DType::kF32, {n, hq, d}), rl(DType::kF32, {n, hq});
   cpu.attention(q.view(), k.view(), v.view(), pos.view(), 0, scale, {ro.view(), rl.view()});
-  const DeviceBuffer dq = DeviceBuffer::upload(q.view()), dk = DeviceBuffer::upload(k.view()),
-                     dv = DeviceBuffer::upload(v.view()), dp = DeviceBuffer::upload(pos.view());
-  const DeviceBuffer dox(DType::kF32, {n, hq, d}), dl(DType::kF32, {n, hq});
+  const Buffer dq = upload_to_device(q.view()), dk = upload_to_device(k.view()),
+               dv = upload_to_device(v.view()), dp = upload_to_device(pos.view());
+  const Buffer dox(cuda_device_memory(), DType::kF32, {n, hq, d}),
+      dl(cuda_device_memory(), DType::kF32, {n, hq});
   const AttnPartial out{dox.view(), dl.view()};
   auto run = [&] { gpu.attention(dq.view(), dk.view(), dv.view(), dp.view(), 0, scale, out); };
   run();

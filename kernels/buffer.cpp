@@ -1,0 +1,83 @@
+// Buffer and the host heap allocator. Buffer's Backend& members live in backend.cpp.
+#include "kernels/buffer.h"
+
+#include <cstdlib>
+#include <cstring>
+
+namespace tandem {
+namespace {
+
+void* heap_allocate(void*, int64_t bytes) {
+  TANDEM_CHECK(bytes >= 0, "negative size ", bytes);
+  // aligned_alloc needs a multiple of the alignment, and 0 would make a null or shared pointer.
+  const size_t rounded = static_cast<size_t>((bytes + 63) / 64 * 64);
+  void* p = std::aligned_alloc(64, rounded == 0 ? 64 : rounded);
+  if (p == nullptr) TANDEM_FAIL(kOutOfMemory, "cannot allocate ", bytes, " bytes");
+  return p;
+}
+
+void heap_deallocate(void*, void* p) noexcept { std::free(p); }
+
+}  // namespace
+
+Allocator host_heap(MemoryKind kind) { return {&heap_allocate, &heap_deallocate, nullptr, kind}; }
+
+Buffer::Buffer(const Allocator& alloc, DType t, std::initializer_list<int64_t> dims)
+    : view_(nullptr, t, dims, alloc.kind) {
+  take(alloc);
+}
+
+Buffer Buffer::like(const Allocator& alloc, const TensorView& shape) {
+  Buffer b;
+  b.view_ = shape;
+  b.view_.data = nullptr;
+  b.view_.memory = alloc.kind;
+  int64_t s = 1;
+  for (int k = shape.ndim - 1; k >= 0; --k) {
+    b.view_.stride[static_cast<size_t>(k)] = s;
+    s *= shape.shape[static_cast<size_t>(k)];
+  }
+  b.take(alloc);
+  return b;
+}
+
+Buffer Buffer::zeros(DType t, std::initializer_list<int64_t> dims) {
+  Buffer b(t, dims);
+  std::memset(b.view_.data, 0, static_cast<size_t>(b.view_.nbytes()));
+  return b;
+}
+
+Buffer::Buffer(Buffer&& other) noexcept : alloc_(other.alloc_), view_(other.view_) {
+  other.alloc_ = Allocator{};
+  other.view_ = TensorView{};
+}
+
+Buffer& Buffer::operator=(Buffer&& other) noexcept {
+  if (this != &other) {
+    release();
+    alloc_ = other.alloc_;
+    view_ = other.view_;
+    other.alloc_ = Allocator{};
+    other.view_ = TensorView{};
+  }
+  return *this;
+}
+
+void Buffer::take(const Allocator& alloc) {
+  TANDEM_CHECK(alloc.allocate != nullptr && alloc.deallocate != nullptr,
+               "an allocator without functions for ", view_.describe());
+  const int64_t bytes = view_.nbytes();
+  TANDEM_CHECK(bytes >= 0, "negative size ", view_.describe());
+  void* p = alloc.allocate(alloc.context, bytes);  // throws: nothing taken, nothing to give back
+  TANDEM_CHECK(p != nullptr, "the allocator returned null for ", view_.describe());
+  view_.data = p;
+  alloc_ = alloc;
+}
+
+void Buffer::release() noexcept {
+  if (view_.data != nullptr) alloc_.deallocate(alloc_.context, view_.data);
+  view_ = TensorView{};
+  alloc_ = Allocator{};
+}
+
+}  // namespace tandem

@@ -1,0 +1,212 @@
+// Unit tests of Buffer (kernels/buffer.h): one allocate and one deallocate per owned allocation,
+// through whichever allocator made it; move-only ownership; the memory kind of the view; zero
+// elements; failures that leave nothing allocated.
+#include <catch2/catch.hpp>
+#include <cstdint>
+#include <cstring>
+#include <map>
+#include <type_traits>
+#include <utility>
+
+#include "kernels/backend.h"
+#include "kernels/buffer.h"
+#include "kernels/common.h"
+#include "kernels/tensor.h"
+
+using namespace tandem;
+
+namespace {
+
+// An allocator over the host heap that counts its calls and remembers what is live; it fails
+// (kOutOfMemory, or a null pointer) when told to.
+struct CountingMemory {
+  int allocs = 0;  // calls of allocate, failed ones included
+  int frees = 0;
+  int64_t last_bytes = -1;
+  bool fail = false;
+  bool return_null = false;
+  std::map<void*, int64_t> live;
+
+  Allocator allocator(MemoryKind kind = MemoryKind::kDevice) {
+    return {&allocate, &deallocate, this, kind};
+  }
+
+  static void* allocate(void* self, int64_t bytes) {
+    CountingMemory& m = *static_cast<CountingMemory*>(self);
+    ++m.allocs;
+    m.last_bytes = bytes;
+    if (m.fail) TANDEM_FAIL(kOutOfMemory, "counting allocator told to fail");
+    if (m.return_null) return nullptr;
+    const Allocator heap = host_heap();
+    void* p = heap.allocate(heap.context, bytes);
+    m.live[p] = bytes;
+    return p;
+  }
+  static void deallocate(void* self, void* p) noexcept {
+    CountingMemory& m = *static_cast<CountingMemory*>(self);
+    ++m.frees;
+    m.live.erase(p);
+    const Allocator heap = host_heap();
+    heap.deallocate(heap.context, p);
+  }
+};
+
+}  // namespace
+
+static_assert(!std::is_copy_constructible_v<Buffer> && !std::is_copy_assignable_v<Buffer>);
+// vector<Buffer> moves (never copies) its elements when it grows only if this holds.
+static_assert(std::is_nothrow_move_constructible_v<Buffer> &&
+              std::is_nothrow_move_assignable_v<Buffer>);
+
+TEST_CASE("buffer: one allocate and one deallocate per buffer, through its allocator", "[buffer]") {
+  CountingMemory mem;
+  {
+    const Buffer b(mem.allocator(), DType::kF16, {3, 5});
+    CHECK(mem.allocs == 1);
+    CHECK(mem.last_bytes == 3 * 5 * 2);
+    CHECK(mem.frees == 0);
+    REQUIRE(mem.live.count(b.view().data) == 1);
+    CHECK(!b.empty());
+    CHECK(b.view().dtype == DType::kF16);
+    CHECK(b.view().ndim == 2);
+    CHECK(b.view().dim(0) == 3);
+    CHECK(b.view().dim(1) == 5);
+    CHECK(b.view().contiguous());
+    CHECK(b.as<uint16_t>() == b.view().data);
+  }
+  CHECK(mem.allocs == 1);
+  CHECK(mem.frees == 1);
+  CHECK(mem.live.empty());
+
+  const Buffer empty;  // owns nothing, frees nothing
+  CHECK(empty.empty());
+  CHECK(empty.view().data == nullptr);
+}
+
+TEST_CASE("buffer: moves hand the allocation over, the old owner frees nothing", "[buffer]") {
+  CountingMemory mem, other;
+  Buffer a(mem.allocator(), DType::kF32, {4});
+  void* const p = a.view().data;
+
+  Buffer b(std::move(a));  // move construction
+  CHECK(a.empty());        // moved from: empty
+  CHECK(a.view().data == nullptr);
+  CHECK(b.view().data == p);
+  CHECK(mem.frees == 0);
+
+  Buffer c(other.allocator(), DType::kF32, {8});
+  c = std::move(b);  // c's own allocation goes back to its own allocator, once
+  CHECK(other.frees == 1);
+  CHECK(other.live.empty());
+  CHECK(mem.frees == 0);
+  CHECK(c.view().data == p);
+  CHECK(b.empty());
+
+  Buffer& alias = c;
+  c = std::move(alias);  // self-move keeps the allocation
+  CHECK(c.view().data == p);
+  CHECK(mem.frees == 0);
+
+  c = Buffer();  // assigning an empty buffer frees
+  CHECK(mem.frees == 1);
+  CHECK(mem.live.empty());
+  CHECK(mem.allocs == 1);
+  CHECK(other.allocs == 1);
+}
+
+TEST_CASE("buffer: the view carries the allocator's memory kind", "[buffer]") {
+  CountingMemory mem;
+  for (MemoryKind kind : {MemoryKind::kHost, MemoryKind::kPinned, MemoryKind::kDevice}) {
+    const Buffer b(mem.allocator(kind), DType::kI32, {2});
+    CHECK(b.view().memory == kind);
+  }
+  CHECK(Buffer(DType::kF32, {2}).view().memory == MemoryKind::kHost);
+  // Host bytes standing in for device memory where there is none (a CPU-only KV tier).
+  CHECK(Buffer(DType::kF32, {2}, MemoryKind::kDevice).view().memory == MemoryKind::kDevice);
+  CHECK(Buffer::zeros(DType::kF32, {2}).view().memory == MemoryKind::kHost);
+
+  // The CPU backend's memory and host memory are both ordinary host memory.
+  const std::unique_ptr<Backend> cpu = make_cpu_backend();
+  CHECK(Buffer(*cpu, DType::kF32, {2}).view().memory == cpu->memory_kind());
+  CHECK(Buffer::host(*cpu, DType::kF32, {2}).view().memory == cpu->host_memory_kind());
+  CHECK(backend_memory(*cpu).kind == cpu->memory_kind());
+  CHECK(backend_host_memory(*cpu).kind == cpu->host_memory_kind());
+}
+
+TEST_CASE("buffer: like and upload make contiguous copies of any shape", "[buffer]") {
+  // A strided [2, 3] view: every other column of a [2, 6] buffer.
+  Buffer wide(DType::kF32, {2, 6});
+  for (int i = 0; i < 12; ++i) wide.as<float>()[i] = static_cast<float>(i);
+  TensorView strided = wide.view();
+  strided.shape[1] = 3;
+  strided.stride[1] = 2;
+  CountingMemory mem;
+  const Buffer like = Buffer::like(mem.allocator(MemoryKind::kPinned), strided);
+  CHECK(mem.last_bytes == 2 * 3 * 4);
+  CHECK(like.view().memory == MemoryKind::kPinned);
+  CHECK(like.view().dim(1) == 3);
+  CHECK(like.view().stride[0] == 3);
+  CHECK(like.view().stride[1] == 1);
+
+  const Buffer rank4 = Buffer::like(host_heap(), TensorView(nullptr, DType::kU8, {2, 3, 4, 5}));
+  CHECK(rank4.view().ndim == 4);
+  CHECK(rank4.view().nbytes() == 120);
+  CHECK(rank4.view().contiguous());
+
+  const std::unique_ptr<Backend> cpu = make_cpu_backend();
+  CHECK_THROWS(Buffer::upload(*cpu, strided));  // a strided source is refused, before allocating
+  const Buffer up = Buffer::upload(*cpu, wide.view());
+  CHECK(up.view().data != wide.view().data);
+  CHECK(std::memcmp(up.view().data, wide.view().data, 48) == 0);
+
+  const Buffer z = Buffer::zeros(DType::kF32, {5});
+  for (int i = 0; i < 5; ++i) CHECK(z.as<float>()[i] == 0.0f);
+}
+
+TEST_CASE("buffer: zero elements still allocate once, with their own pointer", "[buffer]") {
+  CountingMemory mem;
+  {
+    const Buffer b(mem.allocator(), DType::kF32, {0, 8});
+    CHECK(mem.allocs == 1);
+    CHECK(mem.last_bytes == 0);
+    CHECK(b.view().numel() == 0);
+    CHECK(b.view().data != nullptr);
+    CHECK(!b.empty());  // a buffer of nothing is not the empty buffer
+  }
+  CHECK(mem.frees == 1);
+  CHECK(mem.live.empty());
+
+  const Buffer a(DType::kF32, {0}), b(DType::kF32, {0});  // the host heap, likewise
+  CHECK(a.view().data != nullptr);
+  CHECK(a.view().data != b.view().data);
+}
+
+TEST_CASE("buffer: a failed allocation throws and leaves nothing allocated", "[buffer]") {
+  CountingMemory mem;
+  mem.fail = true;
+  try {
+    const Buffer b(mem.allocator(), DType::kF32, {1 << 10});
+    FAIL("no exception");
+  } catch (const Error& e) {
+    CHECK(e.kind() == ErrorKind::kOutOfMemory);  // the allocator's own error, unchanged
+  }
+  CHECK(mem.allocs == 1);
+  CHECK(mem.frees == 0);
+  CHECK_THROWS_AS(Buffer::like(mem.allocator(), TensorView(nullptr, DType::kF32, {4})), Error);
+  CHECK(mem.allocs == 2);
+  CHECK(mem.frees == 0);
+
+  mem.fail = false;
+  mem.return_null = true;  // a broken allocator: caught, nothing to give back
+  CHECK_THROWS_AS(Buffer(mem.allocator(), DType::kF32, {4}), Error);
+  CHECK(mem.allocs == 3);
+  CHECK(mem.frees == 0);
+
+  mem.return_null = false;  // shapes that cannot be allocated never reach the allocator
+  CHECK_THROWS_AS(Buffer(mem.allocator(), DType::kF32, {-4}), Error);
+  CHECK_THROWS_AS(Buffer(mem.allocator(), DType::kF32, {1, 2, 3, 4, 5}), Error);
+  CHECK_THROWS_AS(Buffer(Allocator{}, DType::kF32, {4}), Error);  // no functions at all
+  CHECK(mem.allocs == 3);
+  CHECK(mem.frees == 0);
+  CHECK(mem.live.empty());
+}
