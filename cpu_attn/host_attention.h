@@ -26,7 +26,7 @@
 #include <thread>
 #include <vector>
 
-#include "cpu_attn/host_kernel.h"
+#include "kernels/cpu/host_kernel.h"
 #include "kernels/dtype.h"
 
 namespace tandem {

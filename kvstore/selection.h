@@ -8,7 +8,7 @@
 #include <span>
 #include <vector>
 
-#include "cpu_attn/host_kernel.h"
+#include "kernels/cpu/host_kernel.h"
 #include "kvstore/block_access.h"
 
 namespace tandem {

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "cpu_attn/host_attention.h"
-#include "cpu_attn/host_kernel.h"
+#include "kernels/cpu/host_kernel.h"
 #include "kernels/attn_partial.h"
 #include "kernels/common.h"
 #include "kernels/dtype.h"

@@ -16,7 +16,7 @@
 #include <limits>
 #include <vector>
 
-#include "cpu_attn/host_kernel.h"
+#include "kernels/cpu/host_kernel.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/simd.h"
 
@@ -197,7 +197,7 @@ void group_refs(const AttnArgs& a, int64_t g, int64_t j0, int64_t j1,
   }
 }
 
-// The partial of attend() by the host attention kernel (cpu_attn/host_kernel.h: rows chunked,
+// The partial of attend() by the host attention kernel (kernels/cpu/host_kernel.h: rows chunked,
 // register-blocked scores and values, software prefetch), several times faster than attend()
 // on long spans. Needs equal K and V dtypes and row strides, d a multiple of 8, and the rep query
 // heads of q, o and lse contiguous (AttnArgs::group_kernel).

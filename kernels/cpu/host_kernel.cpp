@@ -15,7 +15,7 @@
 // memory, software prefetches spread over the compute keep the next rows in flight: a chunk's V
 // rows during its scores, the next chunk's K rows during its values (chunks are gathered one
 // ahead for that).
-#include "cpu_attn/host_kernel.h"
+#include "kernels/cpu/host_kernel.h"
 
 #include <algorithm>
 #include <cmath>
