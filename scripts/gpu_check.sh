@@ -2,7 +2,7 @@
 # The GPU acceptance run of the CUDA backend, on a machine with an NVIDIA GPU, in steps:
 #   build     build with CUDA on (build mode only)
 #   ctest     every test of the build, the GPU tests required to run, not skip (build mode only)
-#   kernels   test_cuda_kernels: every kernel against its CPU reference
+#   kernels   test_cuda_kernels_*: every kernel against its CPU reference
 #   model     test_cuda_model: the forward pass on the GPU against the CPU backend
 #   engine    test_cuda_engine: generations with GPU sampling against the CPU backend
 #   sanitize  compute-sanitizer memcheck and racecheck on the kernel tests, memcheck on the model
@@ -20,8 +20,9 @@
 #   scripts/gpu_check.sh [--steps a,b,...] [--results DIR] [--report-to FILE]
 #                                         build into build/ (or $TANDEM_BUILD_DIR), run the steps
 #   scripts/gpu_check.sh --stage DIR      (any machine, no GPU needed) copy the built
-#                                         test_cuda_kernels, test_cuda_model and tandem and the
-#                                         shared libraries a bare CUDA image lacks (TBB,
+#                                         test_cuda_kernels_*, test_cuda_model, test_cuda_engine
+#                                         and tandem and the shared libraries a bare CUDA image
+#                                         lacks (TBB,
 #                                         cpp-httplib, ...) to DIR, and DIR.txz (xz-compressed,
 #                                         about 5 MB, to carry to a GPU machine)
 #   scripts/gpu_check.sh --prebuilt DIR|DIR.txz [--steps ...] [--results DIR2]
@@ -40,6 +41,9 @@ dir=""
 steps=""
 results=""
 report_to="docs/gpu.md"
+# The kernel tests: one program per group of kernels (tests/test_cuda_kernels_*.cpp).
+kernel_tests=()
+for src in tests/test_cuda_kernels_*.cpp; do kernel_tests+=("$(basename "$src" .cpp)"); done
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --stage) mode=stage; dir="${2:?--stage DIR}"; shift 2 ;;
@@ -62,13 +66,15 @@ while [[ $# -gt 0 ]]; do
 done
 
 if [[ $mode == stage ]]; then
-  for exe in test_cuda_kernels test_cuda_model test_cuda_engine tandem; do
+  staged=()
+  for exe in "${kernel_tests[@]}" test_cuda_model test_cuda_engine tandem; do
     [[ -x $build/$exe ]] || { echo "gpu_check: $build/$exe is not built" >&2; exit 1; }
+    staged+=("$build/$exe")
   done
   mkdir -p "$dir/lib"
-  cp "$build/test_cuda_kernels" "$build/test_cuda_model" "$build/test_cuda_engine" "$build/tandem" "$dir/"
+  cp "${staged[@]}" "$dir/"
   # Every shared library outside glibc, the C++ runtime and CUDA (the GPU image has those).
-  ldd "$build/test_cuda_kernels" "$build/test_cuda_model" "$build/test_cuda_engine" "$build/tandem" | awk '$3 ~ /^\// {print $3}' | sort -u |
+  ldd "${staged[@]}" | awk '$3 ~ /^\// {print $3}' | sort -u |
     grep -Ev '/(libc|libm|libdl|libpthread|librt|libgcc_s|libstdc\+\+|libcuda|libcudart|libcublas|libcublasLt)\.so' |
     while read -r lib; do cp -L "$lib" "$dir/lib/"; done
   # One compressed file as well: the device tool carries at most 64 MiB with the working tree.
@@ -104,16 +110,18 @@ if [[ ${#step_list[@]} -gt 0 ]]; then
   git rev-parse --short HEAD >"$results/commit.txt" 2>/dev/null || echo unknown >"$results/commit.txt"
 fi
 if [[ $mode == prebuilt ]]; then
-  tests_bin="$dir/test_cuda_kernels"
+  bin_dir="$dir"
   model_bin="$dir/test_cuda_model"
   tandem_bin="$dir/tandem"
   export LD_LIBRARY_PATH="$dir/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   export TANDEM_SOURCE_DIR="$root"  # the test models and reference files of this checkout
 else
-  tests_bin="$build/test_cuda_kernels"
+  bin_dir="$build"
   model_bin="$build/test_cuda_model"
   tandem_bin="$build/tandem"
 fi
+kernel_bins=()
+for t in "${kernel_tests[@]}"; do kernel_bins+=("$bin_dir/$t"); done
 
 # A step's result: RESULTS/STEP.env holds result=... and summary=... (one line each).
 record() {
@@ -123,20 +131,31 @@ record() {
   echo "gpu_check: $step: $result${summary:+ ($summary)}"
 }
 
-# A GPU test program on its own, output in RESULTS/STEP.txt: exit 0 required (4 would mean
-# "skipped: no device").
+# GPU test programs on their own, one after another, output in RESULTS/STEP.txt: each must exit 0
+# (4 would mean "skipped: no device"). The summary has each program's result line, named when
+# there are several.
 run_gpu_test() {
-  local step=$1 bin=$2 rc result
-  set +e
-  "$bin" 2>&1 | tee "$results/$step.txt"
-  rc=${PIPESTATUS[0]}
-  set -e
-  case $rc in
-    0) result="passed" ;;
-    4) result="FAILED: skipped (the test saw no CUDA device)" ;;
-    *) result="FAILED (exit $rc)" ;;
-  esac
-  record "$step" "$result" "$(grep -E "All tests passed|test cases" "$results/$step.txt" | tail -1 || true)"
+  local step=$1 bin rc result=passed summary="" line
+  shift
+  : >"$results/$step.txt"
+  for bin in "$@"; do
+    set +e
+    "$bin" 2>&1 | tee "$results/$step.part"
+    rc=${PIPESTATUS[0]}
+    set -e
+    cat "$results/$step.part" >>"$results/$step.txt"
+    line="$(grep -E "All tests passed|test cases" "$results/$step.part" | tail -1 || true)"
+    [[ $# -gt 1 ]] && line="$(basename "$bin"): $line"
+    summary+="${summary:+; }$line"
+    if [[ $rc -ne 0 && $result == passed ]]; then
+      case $rc in
+        4) result="FAILED: skipped (the test saw no CUDA device)" ;;
+        *) result="FAILED ($([[ $# -gt 1 ]] && echo "$(basename "$bin") ")exit $rc)" ;;
+      esac
+    fi
+  done
+  rm -f "$results/$step.part"
+  record "$step" "$result" "$summary"
 }
 
 sanitizer="$(command -v compute-sanitizer || true)"
@@ -154,11 +173,11 @@ for step in "${step_list[@]}"; do
       else
         result=FAILED
       fi
-      if grep -qE "test_cuda_(kernels|model|engine|serve) .*Skipped" "$results/ctest.txt"; then
+      if grep -qE "test_cuda_[a-z_]+ .*Skipped" "$results/ctest.txt"; then
         result="FAILED (GPU tests skipped)"
       fi
       record ctest "$result" "$(grep -E "tests passed|tests failed" "$results/ctest.txt" | tail -1 || true)" ;;
-    kernels) run_gpu_test kernels "$tests_bin" ;;
+    kernels) run_gpu_test kernels "${kernel_bins[@]}" ;;
     model) run_gpu_test model "$model_bin" ;;
     engine) run_gpu_test engine "${model_bin%test_cuda_model}test_cuda_engine" ;;
     sanitize)
@@ -168,10 +187,19 @@ for step in "${step_list[@]}"; do
       fi
       summary="" result=clean
       for tool in memcheck racecheck; do
-        if "$sanitizer" --tool "$tool" --error-exitcode 1 "$tests_bin" >"$results/$tool.txt" 2>&1; then
-          summary+="$tool on the kernel tests: $(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$results/$tool.txt" | tail -1); "
+        failed="" lines=""
+        for bin in "${kernel_bins[@]}"; do
+          out="$tool-$(basename "$bin").txt"
+          if "$sanitizer" --tool "$tool" --error-exitcode 1 "$bin" >"$results/$out" 2>&1; then
+            lines+="$(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$results/$out" | tail -1)"$'\n'
+          else
+            failed+="${failed:+, }$out"
+          fi
+        done
+        if [[ -z $failed ]]; then  # the programs' summary lines, each different one once
+          summary+="$tool on the kernel tests: $(printf '%s' "$lines" | sort -u | paste -sd ' ' -); "
         else
-          summary+="$tool on the kernel tests FAILED (see $tool.txt); "
+          summary+="$tool on the kernel tests FAILED (see $failed); "
           result=FAILED
         fi
       done
@@ -235,7 +263,7 @@ res() {  # the result line of a step, or "not run"
   echo "- Device: $(cat "$results/device.txt" 2>/dev/null || echo unknown)"
   echo "- build: $(res build)"
   echo "- ctest: $(res ctest)"
-  echo "- test_cuda_kernels (CPU-vs-CUDA parity): $(res kernels)"
+  echo "- test_cuda_kernels_* (CPU-vs-CUDA parity): $(res kernels)"
   echo "- test_cuda_model (forward logits, CUDA vs CPU): $(res model)"
   echo "- test_cuda_engine (generations with GPU sampling, CUDA vs CPU): $(res engine)"
   echo "- compute-sanitizer: $(res sanitize)"

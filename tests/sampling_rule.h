@@ -1,6 +1,6 @@
 // The sampling rule of engine/sampler.cpp written the plain way (every candidate sorted), with a
 // given uniform number: the reference of the sampler's fast paths (test_sampler) and of the GPU
-// sampler (test_cuda_kernels).
+// sampler (test_cuda_kernels_sampling).
 #pragma once
 
 #include <algorithm>

@@ -4,12 +4,12 @@
 // test_hybrid_kv.cpp: max |gpu - cpu| / max |cpu| per row, the worst row reported.
 //
 // Tolerances: 1e-4 for f32 checkpoints (every GPU op is within 1e-5 of the CPU in
-// test_cuda_kernels; a few layers and the lm_head compound it). 5e-2 for f16/bf16 checkpoints:
+// test_cuda_kernels_*; a few layers and the lm_head compound it). 5e-2 for f16/bf16 checkpoints:
 // for more than 8 rows the GPU matmul is cuBLAS with the activations rounded to the weight type,
-// which the CPU keeps in f32 (test_cuda_kernels allows 1e-2 for one such matmul), and the prefill
-// chunks below have 12 rows. Under hgca and topk a selection that flips (an entry's MAW or a
-// block's Quest bound within rounding of the threshold) moves the logits more than rounding
-// does; that is a real difference from the CPU run, and the failure names the case.
+// which the CPU keeps in f32 (test_cuda_kernels_dense allows 1e-2 for one such matmul), and the
+// prefill chunks below have 12 rows. Under hgca and topk a selection that flips (an entry's MAW or
+// a block's Quest bound within rounding of the threshold) moves the logits more than rounding does;
+// that is a real difference from the CPU run, and the failure names the case.
 //
 // Without a CUDA device (or in a build without CUDA) the executable prints
 // "no CUDA device: N GPU tests skipped" and exits 4, ctest's SKIP_RETURN_CODE (label "gpu").

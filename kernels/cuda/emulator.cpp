@@ -1,6 +1,6 @@
 // kernels/cuda/emulator.h: the parts every build has. Without the emulator (real CUDA or no
 // CUDA) nothing is emulated and the counters stay zero; the emulated build defines those four
-// functions in kernels/cuda/emu/runtime.cpp.
+// functions in kernels/cuda/emu/runtime_device.cpp.
 #include "kernels/cuda/emulator.h"
 
 namespace tandem {

@@ -1,5 +1,5 @@
 // The official OpenAI Node SDK against a running `tandem serve`: chat and completions, streaming
-// and not, n > 1, usage, and the SDK's typed errors. Run by tests/test_server_e2e.cpp:
+// and not, n > 1, usage, and the SDK's typed errors. Run by tests/test_server_e2e_api.cpp:
 //   TANDEM_BASE_URL=http://127.0.0.1:PORT/v1 TANDEM_API_KEY=KEY TANDEM_MODEL=NAME \
 //     node tests/sdk/openai_sdk_test.mjs
 // (after `npm ci --prefix tests/sdk`). Exits non-zero on the first failure.

@@ -1,5 +1,5 @@
-// Internals shared by the emulator's runtime (runtime.cpp), SIMT engine (simt.cpp), memory
-// checks (hooks.cpp) and cuBLAS (cublas.cpp). Not for kernels or the backend.
+// Internals shared by the emulator's runtime (runtime_*.cpp), SIMT engine (simt.cpp), launches
+// (launch.cpp), memory checks (hooks.cpp) and cuBLAS (cublas.cpp). Not for kernels or the backend.
 #pragma once
 
 #include <atomic>
@@ -29,7 +29,7 @@ struct Settings {
   // every time instead of when the timing happens to lose.
   bool defer = false;
 };
-Settings& settings();
+Settings& settings();  // runtime_device.cpp
 
 // A fault inside a kernel (bad address, trap, deadlock, interleaving-dependent result): the
 // kernel stops, the context gets the sticky error `code`, and `what` is printed.
@@ -39,7 +39,7 @@ struct KernelFault {
 };
 [[noreturn]] void fault(cudaError_t code, std::string what);
 
-// Device and mapped allocations: the checks' view of memory.
+// Device and mapped allocations: the checks' view of memory (runtime_memory.cpp).
 enum class Region : uint8_t { kNone, kDevice, kMappedHost, kMappedDevice };
 struct Alloc {
   uintptr_t lo = 0, hi = 0;  // [lo, hi) in its region's view
@@ -81,7 +81,8 @@ struct KernelRun {
 extern thread_local KernelRun* t_run;
 void note_access(const void* p, size_t n, bool write);  // hooks.cpp
 
-// Streams: in-order task queues run by one worker thread each.
+// Streams: in-order task queues run by one worker thread each (runtime_streams.cpp); errors
+// (runtime_errors.cpp).
 using Task = std::function<void()>;
 Stream* resolve(cudaStream_t s);  // nullptr -> the legacy default stream
 void enqueue(Stream* s, Task t);
@@ -97,7 +98,8 @@ struct ArenaAccess {
   ArenaAccess& operator=(const ArenaAccess&) = delete;
 };
 
-// Kernel execution (simt.cpp), on the stream's worker.
+// Kernel execution, on the stream's worker: run_kernel (launch.cpp) runs the grid once, or three
+// times under the race check, with run_grid (simt.cpp).
 struct Launch {
   const char* name;
   dim3 grid, block;
@@ -105,8 +107,9 @@ struct Launch {
   KernelBody body;
 };
 void run_kernel(const Launch& l);
+void run_grid(const Launch& l, Schedule schedule, uint64_t seed);
 
-// Counters (runtime.cpp).
+// Counters (runtime_device.cpp).
 struct Counters {
   std::atomic<int64_t> launches{0}, copies{0}, h2d{0}, d2h{0}, d2d{0}, memset{0}, host_syncs{0};
   std::atomic<int64_t> host_sync_ns{0}, cublas_calls{0}, cublas_bytes{0};

@@ -58,7 +58,7 @@ T shuffle(unsigned mask, T v, int src, int width, int mode) {
 }
 
 // Launch: validates the configuration (errors go to cudaGetLastError) and queues the kernel on
-// the stream; returns before it runs.
+// the stream; returns before it runs (launch.cpp).
 using KernelBody = std::function<void()>;
 void enqueue_kernel(const char* name, dim3 grid, dim3 block, size_t smem, void* stream,
                     KernelBody body);
@@ -171,7 +171,7 @@ constexpr std::common_type_t<A, B> max(A a, B b) {
 }
 
 // Atomics: real atomics (blocks of kernels on different streams run at the same time), checked
-// and logged like any other device access (simt.cpp).
+// and logged like any other device access (atomics.cpp).
 float atomicAdd(float* p, float v);
 double atomicAdd(double* p, double v);
 int atomicAdd(int* p, int v);

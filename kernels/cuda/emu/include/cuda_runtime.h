@@ -1,7 +1,7 @@
 // The CUDA runtime API as Tandem's SIMT emulator provides it (-DTANDEM_CUDA=EMULATE): the subset
 // kernels/cuda/ uses, with the semantics of CUDA 12/13 on one H100-like device. The .cu files are
 // compiled by g++ against this header instead of NVIDIA's; kernels run on the CPU
-// (kernels/cuda/emu/README.md says how). Host-side API: runtime.cpp; device side: simt.h.
+// (kernels/cuda/emu/README.md says how). Host-side API: runtime_*.cpp; device side: simt.h.
 #pragma once
 
 #include <cstddef>
