@@ -1,0 +1,154 @@
+// Shared fixture of the engine tests (test_engine, test_engine_batching): the tinystories-656k
+// model and tokenizer, store configurations, stream collection and solo-run references.
+#pragma once
+
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <random>
+#include <thread>
+
+#include "engine/engine.h"
+#include "engine/generate.h"
+#include "engine/stop_matcher.h"
+#include "tests/test_helpers.h"
+
+namespace tandem::test {
+
+// How long a test waits for an event before calling the engine stuck (generous: sanitizer builds
+// on a loaded machine are slow).
+inline constexpr std::chrono::seconds kPatience{120};
+
+inline const Tokenizer& stories_tokenizer() {
+  static const Tokenizer tok = Tokenizer::load(repo_path("../shared/models/tinystories-656k"));
+  return tok;
+}
+
+struct Setup {
+  explicit Setup(const char* model_dir = "../shared/models/tinystories-656k")
+      : backend(make_cpu_backend()), model(Model::load(repo_path(model_dir), *backend)) {}
+  std::unique_ptr<Backend> backend;
+  std::unique_ptr<Model> model;
+};
+
+// Hybrid split with an exact host part: sparse=full, host partial computed in parallel.
+inline KvConfig hybrid_config(int64_t device_blocks = 0) {
+  KvConfig c;
+  c.sinks = 4;
+  c.window = 64;
+  c.block = 16;
+  c.sparse = SparsePolicy::kFull;
+  c.cpu_attn = CpuAttnMode::kParallel;
+  c.cpu_threads = 2;
+  c.device_blocks = device_blocks;
+  return c;
+}
+
+inline KvConfig dense_config() {
+  KvConfig c;
+  c.dense = true;
+  return c;
+}
+
+struct Result {
+  std::string text;
+  std::vector<int32_t> tokens;
+  std::vector<TokenLogprob> logprobs;
+  std::vector<std::vector<TokenLogprob>> top;
+  FinishReason finish = FinishReason::kNone;
+  std::string error;
+  int32_t prompt_tokens = 0, completion_tokens = 0;
+  int32_t events = 0;
+};
+
+// Reads a stream to its final event.
+inline Result collect(TokenStream& s) {
+  Result r;
+  TokenEvent ev;
+  while (r.finish == FinishReason::kNone) {
+    REQUIRE(s.next(ev, kPatience));
+    ++r.events;
+    r.text += ev.text;
+    r.tokens.insert(r.tokens.end(), ev.tokens.begin(), ev.tokens.end());
+    r.logprobs.insert(r.logprobs.end(), ev.logprobs.begin(), ev.logprobs.end());
+    r.top.insert(r.top.end(), ev.top.begin(), ev.top.end());
+    r.finish = ev.finish;
+    r.error = ev.error;
+    r.prompt_tokens = ev.prompt_tokens;
+    r.completion_tokens = ev.completion_tokens;
+  }
+  return r;
+}
+
+inline GenerationRequest greedy(std::vector<int32_t> prompt, int32_t max_tokens) {
+  GenerationRequest r;
+  r.prompt = std::move(prompt);
+  r.max_tokens = max_tokens;
+  r.sampling.temperature = 0;
+  r.ignore_eos = true;
+  return r;
+}
+
+// The same request run alone through generate() with a dense cache.
+inline std::vector<int32_t> reference(Model& model, const std::vector<int32_t>& prompt,
+                                      int32_t max_tokens) {
+  auto kv = model.new_dense_kv(model.config().max_context);
+  GenerateOptions opt;
+  opt.max_tokens = max_tokens;
+  opt.sampling.temperature = 0;
+  std::vector<int32_t> out;
+  generate(model, *kv, prompt, opt, [&](int32_t t) {
+    out.push_back(t);
+    return true;
+  });
+  return out;
+}
+
+inline std::vector<std::vector<int32_t>> story_prompts() {
+  const Tokenizer& tok = stories_tokenizer();
+  std::vector<std::vector<int32_t>> p;
+  for (const char* text :
+       {"Once upon a time", "The little dog", "Lily and Tom went to the park to play with",
+        "One day, a big bird", "Sam was sad because", "There was a girl named Sue. She",
+        "Tim found a red ball under the tree. He", "The sun"})
+    p.push_back(tok.encode(text));
+  // A prompt longer than the device window: prefilled in several chunks, partly on the host.
+  std::string long_text;
+  for (int i = 0; i < 8; ++i) long_text += "The cat sat on the mat and looked at the bird. ";
+  p.push_back(tok.encode(long_text + "Then the cat"));
+  return p;
+}
+
+// The text out adds to the decoded prompt.
+inline std::string continuation(const std::vector<int32_t>& prompt,
+                                const std::vector<int32_t>& out) {
+  std::vector<int32_t> all = prompt;
+  all.insert(all.end(), out.begin(), out.end());
+  const std::string a = stories_tokenizer().decode(prompt, true);
+  const std::string b = stories_tokenizer().decode(all, true);
+  REQUIRE(b.compare(0, a.size(), a) == 0);
+  return b.substr(a.size());
+}
+
+// Waits until the engine's published metrics satisfy pred.
+template <typename Pred>
+EngineMetrics wait_metrics(const Engine& e, Pred pred) {
+  for (int i = 0; i < 24000; ++i) {  // kPatience
+    const EngineMetrics m = e.metrics();
+    if (pred(m)) return m;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  FAIL("metrics never reached the expected state");
+  return {};
+}
+
+inline ErrorKind kind_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.kind();
+  }
+  FAIL("no tandem::Error thrown");
+  return ErrorKind::kInternal;
+}
+
+}  // namespace tandem::test
