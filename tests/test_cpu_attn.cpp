@@ -16,9 +16,9 @@
 #include <vector>
 
 #include "cpu_attn/host_attention.h"
-#include "kernels/cpu/host_kernel.h"
 #include "kernels/attn_partial.h"
 #include "kernels/common.h"
+#include "kernels/cpu/host_kernel.h"
 #include "kernels/dtype.h"
 
 using namespace tandem;

@@ -16,8 +16,8 @@
 #include <limits>
 #include <vector>
 
-#include "kernels/cpu/host_kernel.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/host_kernel.h"
 #include "kernels/cpu/simd.h"
 
 namespace tandem {
