@@ -23,6 +23,7 @@ import glob
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -53,6 +54,7 @@ DEFAULTS = dict(
     workspace_gib=1.0,   # CUDA context, cuBLAS workspace, activations
     reserve_gib=2.0,     # kept free on the device (as `bench-decode --batch max`)
     host_fraction=1.0,   # fraction of host KV entries the host attention reads (`full`: 1)
+    before_dir="docs/gpu-model/before-c66c674",  # the document and counters before the plan
     cpu_call_us=20.0,    # fixed cost of one host attention call (submit, task spawn, wait)
 )
 
@@ -90,7 +92,8 @@ class Step:
         self.c = dict(launches=0, h2d_bytes=0, d2h_bytes=0, d2d_bytes=0, memset_bytes=0,
                       host_syncs=0, kernel_device_read_bytes=0, kernel_device_write_bytes=0,
                       kernel_mapped_read_bytes=0, kernel_mapped_write_bytes=0, cublas_calls=0,
-                      cublas_flops=0, cublas_bytes=0, h2d_copies=0, d2h_copies=0, d2d_copies=0)
+                      cublas_flops=0, cublas_bytes=0, copies=0, h2d_copies=0, d2h_copies=0,
+                      d2d_copies=0)
         self.k = {}
 
     def kernel(self, name, blocks, threads, read, write, mapped_read=0):
@@ -111,6 +114,7 @@ class Step:
     def copy(self, kind, nbytes, sync=False):
         self.c[kind + "_bytes"] += nbytes
         self.c[kind + "_copies"] += 1
+        self.c["copies"] += 1
         if sync:
             self.c["host_syncs"] += 1
 
@@ -146,27 +150,6 @@ def op_elementwise(st, total):
     st.kernel("elementwise_kernel<kOp>", grid_for(total, 256), 256, 2 * total * 4, total * 4)
 
 
-def op_attention(st, s, t_keys, kv_name, kvb, pages, sms):
-    """cuda::attention for one query row (a decode sequence); returns nothing."""
-    hq, hkv, d = s["heads"], s["kv_heads"], s["head_dim"]
-    blocks = hkv * ((hq // hkv + 3) // 4)
-    nsplit = 1
-    if blocks < 2 * sms and t_keys >= 512:
-        nsplit = min(-(-2 * sms // blocks), t_keys // 256, 64)
-    read = hq * d * 4 + 4 + 2 * t_keys * hkv * d * kvb + pages * 8
-    part = hq * d * 4 + hq * 4
-    st.kernel("attention_kernel<TK, %s>" % kv_name, blocks * nsplit, 128, read, nsplit * part)
-    if nsplit > 1:
-        st.kernel("combine_kernel", hq, 128, nsplit * part, part)
-
-
-def op_merge(st, s, mapped):
-    hq, d = s["heads"], s["head_dim"]
-    part = hq * d * 4 + hq * 4
-    st.kernel("merge_kernel", (hq + 7) // 8, 256, part if mapped else 2 * part, part,
-              part if mapped else 0)
-
-
 def kv_state(depth, gen, window, s):
     """(window tokens, host tokens, evicts) per step 0..gen-1 of a sequence imported to depth."""
     b, sinks = s["block"], s["sinks"]
@@ -191,50 +174,86 @@ def window_of(frac, ctx, s):
     return max(1, math.ceil(frac * ctx / b)) * b
 
 
+def op_attention_batch(st, s, B, segs, sms):
+    """Backend::attention_batch (attention_batch.cu): one table upload, one attention launch over
+    every segment's blocks (each planned as its single call), one combine over the groups.
+    segs: per sequence, [(keys, kv dtype name, kv bytes, pages)] in merge order. Every group
+    here has more than one segment, so every segment writes split partials and the combine
+    folds them (combine_splits, then merge_element) into the group's rows."""
+    hq, hkv, d = s["heads"], s["kv_heads"], s["head_dim"]
+    heads_blocks = hkv * ((hq // hkv + 3) // 4)
+    part = hq * d * 4 + hq * 4
+    read = write = blocks = pages_all = nseg = 0
+    for seq in segs:
+        for keys, _, kvb, pages in seq:
+            nsplit = 1
+            if heads_blocks < 2 * sms and keys >= 512:
+                nsplit = min(-(-2 * sms // heads_blocks), keys // 256, 64)
+            read += hq * d * 4 + 4 + 2 * keys * hkv * d * kvb + pages * 8
+            write += nsplit * part
+            blocks += heads_blocks * nsplit
+            pages_all += pages
+            nseg += 1
+    # The table: segment entries (taken as 256 bytes each: an AttnParams and its plan), block
+    # and pair prefixes, groups, page offsets. The emulator counts the real bytes.
+    st.copy("h2d", nseg * 264 + B * 24 + 16 + pages_all * 8)
+    st.kernel("attention_batch_kernel", blocks, 128, read, write)
+    st.kernel("combine_batch_kernel", B * hq, 128, write, B * part)
+
+
 def analytic_step(mode, L, V, B, depth, gen, step, s=SHAPE, sms=132):
-    """Counters of decode step `step` (0 = the warm-up) of `bench-decode --fill import`."""
+    """Counters of decode step `step` (0 = the warm-up) of `bench-decode --fill import`, read
+    off the batch step of kvstore/hybrid_runner.h (one host submission, one attention_batch,
+    one flag wait and one merge per layer, the rows stored by one scatter_rows per tensor)."""
     st = Step()
     h, hq, hkv, d, ffn = s["hidden"], s["heads"], s["kv_heads"], s["head_dim"], s["ffn"]
     wb, kvb, blk = s["wbytes"], s["kvbytes"], s["block"]
     window = window_of(WINDOW_FRAC[mode], depth + gen, s)
     wt, ht, evict = kv_state(depth, gen, window, s)[step]
     ahead = mode == "ahead"
+    part = hq * d * 4 + hq * 4
+
+    def hand_over():  # the batch's query rows to pinned memory, then the flag that starts it
+        st.kernel("convert_kernel<TS, float>", grid_for(B * hq * d, 256), 256, B * hq * d * 4,
+                  0)
+        st.c["kernel_mapped_write_bytes"] += B * hq * d * 4
+        st.kernel("raise_flag_kernel", 1, 1, 0, 0)
+        st.c["kernel_mapped_write_bytes"] += 4
+
     st.copy("h2d", B * 4)  # ids
     st.copy("h2d", B * 4)  # positions
     st.kernel("embedding_kernel", B, 256, B * 4 + B * h * wb, B * h * 4)
     for li in range(L):
-        if ahead and li + 1 < L:  # the predicted query of layer li+1
+        if ahead and li + 1 < L and ht > 0:  # the predicted query of layer li+1, handed over
             op_norm(st, B, h)
             op_matmul(st, B, hq * d, h, wb)
             op_rope(st, B, hq, d)
-            if ht > 0:
-                for _ in range(B):
-                    st.copy("d2h", hq * d * 4, sync=True)
+            hand_over()
         op_norm(st, B, h)
         op_matmul(st, B, hq * d, h, wb)
         op_rope(st, B, hq, d)
         op_matmul(st, B, hkv * d, h, wb)
         op_matmul(st, B, hkv * d, h, wb)
         op_rope(st, B, hkv, d)
-        for _ in range(B):
-            host = ht > 0
-            if host and (not ahead or li == 0):  # the true query, for the host part
-                st.copy("d2h", hq * d * 4, sync=True)
-            op_attention(st, s, s["sinks"], "__nv_bfloat16", kvb, 0, sms)  # sinks
-            pages = -(-wt // blk)
-            st.copy("h2d", pages * 8)  # page table
-            op_attention(st, s, wt, "__nv_bfloat16", kvb, pages, sms)  # window, paged
-            op_merge(st, s, False)
-            op_attention(st, s, 1, "float", 4, 0, sms)  # the step's own token
-            op_merge(st, s, False)
-            if host:
-                op_merge(st, s, True)  # host partial, in place from mapped pinned memory
-            if evict:  # oldest window block to the host: K and V downloaded
+        host = ht > 0
+        if host and (not ahead or li == 0):  # the true query, for the host part
+            hand_over()
+        pages = -(-wt // blk)
+        seq = [(s["sinks"], "__nv_bfloat16", kvb, 0), (wt, "__nv_bfloat16", kvb, pages),
+               (1, "float", 4, 0)]
+        op_attention_batch(st, s, B, [seq] * B, sms)
+        if host:  # one flag wait, one merge of every row with its partial in pinned memory
+            st.kernel("wait_flag_kernel", 1, 1, 0, 0)
+            st.c["kernel_mapped_read_bytes"] += 4
+            st.kernel("merge_kernel", (B * hq + 7) // 8, 256, B * part, B * part, B * part)
+        if evict:  # oldest window block to the host: K and V downloaded (per sequence)
+            for _ in range(B):
                 st.copy("d2h", blk * hkv * d * kvb, sync=True)
                 st.copy("d2h", blk * hkv * d * kvb, sync=True)
-            for _ in range(2):  # new K and V rows into the device block (f32 -> bf16)
-                st.kernel("convert_kernel<TS, __nv_bfloat16>", grid_for(hkv * d, 256), 256,
-                          hkv * d * 4, hkv * d * kvb)
+        for _ in range(2):  # the new K and V rows into the device blocks (f32 -> bf16)
+            st.copy("h2d", B * 8)  # row offsets
+            st.kernel("scatter_kernel<__nv_bfloat16>", grid_for(B * hkv * d, 256), 256,
+                      B * hkv * d * 4 + B * 8, B * hkv * d * kvb)
         op_matmul(st, B, h, hq * d, wb)
         op_elementwise(st, B * h)
         op_norm(st, B, h)
@@ -466,23 +485,27 @@ def collect(args):
 # ---------------------------------------------------------------------------------------------
 # Kernel categories and the fit
 
-CATEGORIES = (("gemv", "gemv"), ("attention", "attention_kernel"), ("combine", "combine"),
-              ("merge", "merge"), ("convert", "convert"), ("norm", "norm"), ("rope", "rope"),
-              ("elementwise", "elementwise"), ("embedding", "embedding"))
+CATEGORIES = (("gemv", "gemv"), ("attention", "attention_kernel"),
+              ("attention", "attention_batch"), ("combine", "combine"), ("merge", "merge"),
+              ("convert", "convert"), ("scatter", "scatter"), ("flag", "_flag_kernel"),
+              ("norm", "norm"), ("rope", "rope"), ("elementwise", "elementwise"),
+              ("embedding", "embedding"))
+CAT_NAMES = tuple(dict.fromkeys(c for c, _ in CATEGORIES)) + ("other",)
 CAT_FIELDS = ("launches", "device_read_bytes", "device_write_bytes", "mapped_read_bytes",
               "mapped_write_bytes")
-STEP_FIELDS = ("launches", "h2d_bytes", "d2h_bytes", "d2d_bytes", "memset_bytes", "host_syncs",
-               "kernel_device_read_bytes", "kernel_device_write_bytes",
+STEP_FIELDS = ("launches", "copies", "h2d_bytes", "d2h_bytes", "d2d_bytes", "memset_bytes",
+               "host_syncs", "kernel_device_read_bytes", "kernel_device_write_bytes",
                "kernel_mapped_read_bytes", "kernel_mapped_write_bytes", "cublas_calls",
                "cublas_flops", "cublas_bytes", "h2d_copies", "d2h_copies", "d2d_copies")
 
 
 def structural_keys():
     """Counters that do not depend on the FFN width: what the fit carries to the target."""
-    keys = ["launches", "h2d_bytes", "d2h_bytes", "d2d_bytes", "memset_bytes", "host_syncs",
+    keys = ["launches", "copies", "h2d_bytes", "d2h_bytes", "d2d_bytes", "memset_bytes",
+            "host_syncs",
             "kernel_mapped_read_bytes", "kernel_mapped_write_bytes", "cublas_calls",
             "h2d_copies", "d2h_copies", "d2d_copies"]
-    for cat, _ in CATEGORIES + (("other", ""),):
+    for cat in CAT_NAMES:
         keys += ["%s.launches" % cat, "%s.mapped_read_bytes" % cat,
                  "%s.mapped_write_bytes" % cat]
     return keys
@@ -498,7 +521,7 @@ def category(name):
 def flatten(em):
     """One run's counters as a flat dict: step fields and category.field."""
     out = {k: float(em["per_step"].get(k, 0) or 0) for k in STEP_FIELDS}
-    for cat, _ in CATEGORIES + (("other", ""),):
+    for cat in CAT_NAMES:
         for fld in CAT_FIELDS:
             out["%s.%s" % (cat, fld)] = 0.0
     for name, e in em.get("kernels_per_step", em.get("kernels", {})).items():
@@ -507,7 +530,7 @@ def flatten(em):
             out["%s.%s" % (cat, fld)] += float(e.get(fld, 0) or 0)
     # The per-kernel table holds totals over the run's steps or per-step values: per step.
     steps = max(1, em.get("steps", 1))
-    launches = sum(out["%s.launches" % c] for c, _ in CATEGORIES + (("other", ""),))
+    launches = sum(out["%s.launches" % c] for c in CAT_NAMES)
     if launches > out["launches"] * 1.5:
         for k in list(out):
             if "." in k:
@@ -563,7 +586,7 @@ class Fit:
         for r in runs:
             self.source.add(r.get("source", "?"))
             ps = r["emulator"]["per_step"]
-            self.has_copies |= any(ps.get(k, 0) for k in ("h2d_copies", "d2h_copies"))
+            self.has_copies |= "copies" in ps  # emulators since f5e82e8 count copy calls
             ctx = r["depth"] + r["gen"]
             by[(r["mode"], r["layers"], r["batch"], r["vocab"], ctx)] = flatten(r["emulator"])
         self.by = by
@@ -709,8 +732,8 @@ class Model:
             return a
         f = self.fit.at(mode, L, B, V, ctx)
         for k in structural_keys():
-            if k.endswith("_copies") and not self.fit.has_copies:
-                continue  # the emulator does not count copy calls: analytic
+            if k.endswith("copies") and not (k == "copies" and self.fit.has_copies):
+                continue  # copy calls the emulator does not count: analytic
             a[k] = f[k]
         return a
 
@@ -719,9 +742,8 @@ class Model:
         p = self.p
         bw = dev["hbm_tbs"] * 1e12 * p["hbm_eff"]
         hbm = 0.0
-        cats = [cat for cat, _ in CATEGORIES] + ["other"]
         by_cat = {}
-        for cat in cats:
+        for cat in CAT_NAMES:
             nbytes = c[cat + ".device_read_bytes"] + c[cat + ".device_write_bytes"]
             t = nbytes / bw
             if cat == "gemv":  # 2 FMA-flops per weight and row on the CUDA cores
@@ -735,7 +757,7 @@ class Model:
                        c["cublas_flops"] / (dev["bf16_tflops"] * 1e12 * p["compute_eff"]))
         by_cat["cublas"] = gemm
         hbm += gemm + 2 * (c["d2d_bytes"] + c["memset_bytes"]) / bw
-        copies = c["h2d_copies"] + c["d2h_copies"] + c["d2d_copies"]
+        copies = c["copies"]
         launch = (c["launches"] + copies) * p["launch_us"] * 1e-6
         sync = c["host_syncs"] * p["sync_us"] * 1e-6
         pcie = (c["h2d_bytes"] + c["d2h_bytes"] + c["kernel_mapped_read_bytes"] +
@@ -765,53 +787,69 @@ class Model:
         if host_keys == 0:
             res["time"] = gpu
             return res
-        # The timeline of the hybrid step: per layer and sequence, the GPU work the host part
-        # can overlap (the device partial), the q download before it, the rest of the layer.
+        # The timeline of the hybrid step, per layer (kvstore/hybrid_runner.h): the batch's
+        # query rows handed to the host (one copy to pinned memory and one flag), the batch's
+        # device attention (attention_batch: table upload, attention, combine), one flag wait
+        # for the batch's host part, one merge, the rest of the layer (GEMVs, norms, stores).
         fixed = self.gpu_parts(c0, dev, B)
         f_t = fixed["hbm"] + fixed["launch"] + fixed["sync"] + fixed["pcie"]
         layer_t = (gpu - f_t) / L
         bw = dev["hbm_tbs"] * 1e12 * p["hbm_eff"]
-        att_cats = ("attention", "combine", "merge")
-        att_bytes = sum(c[k + ".device_read_bytes"] + c[k + ".device_write_bytes"]
-                        for k in att_cats)
-        att_launch = sum(c[k + ".launches"] for k in att_cats) + L * B  # + page tables
-        a_seq = (att_bytes / bw + att_launch * p["launch_us"] * 1e-6) / (L * B)
-        q_seq = p["sync_us"] * 1e-6 + s["heads"] * s["head_dim"] * 4 / (p["pcie_gbs"] * 1e9)
-        rest = max(0.0, layer_t - B * (a_seq + q_seq))
-        lw = (2 * s["heads"] + 2 * s["kv_heads"]) * s["head_dim"] * s["hidden"] + \
-            3 * s["hidden"] * s["ffn"]
-        pre = rest * (s["heads"] + 2 * s["kv_heads"]) * s["head_dim"] * s["hidden"] / lw
-        post = rest - pre
+        lu = p["launch_us"] * 1e-6
+
+        def per_layer(cats, extra_launches=0.0):
+            nbytes = sum(c[k + ".device_read_bytes"] + c[k + ".device_write_bytes"] -
+                         c0[k + ".device_read_bytes"] - c0[k + ".device_write_bytes"]
+                         for k in cats)
+            n = sum(c[k + ".launches"] - c0[k + ".launches"] for k in cats)
+            return nbytes / bw / L + (n / L + extra_launches) * lu
+
+        att = per_layer(("attention", "combine"), 1.0)  # + the table upload
+        merge = per_layer(("merge",)) + lu  # + the flag wait's launch
+        pcie_bs = p["pcie_gbs"] * 1e9
+        q_bytes = B * s["heads"] * s["head_dim"] * 4
+        hand = 2 * lu + q_bytes / pcie_bs  # query copy and flag raise, per submission
+        # One submission per layer in both modes (ahead: layer 0's true query, then L - 1
+        # predicted ones), so one hand-over per layer comes out of the layer's time.
+        rest = max(0.0, layer_t - att - merge - hand)
+        hd, hkv_d = s["hidden"], s["kv_heads"] * s["head_dim"]
+        w_q = s["heads"] * s["head_dim"] * hd
+        w_pred = w_q if mode == "ahead" else 0
+        w_pre = w_q + 2 * hkv_d * hd
+        w_post = w_q + 3 * hd * s["ffn"]
+        w_all = w_pred + w_pre + w_post
+        pred, pre = rest * w_pred / w_all, rest * w_pre / w_all
+        post = rest - pred - pre
         kv_bytes = host_keys * s["kv_heads"] * s["head_dim"] * 2 * s["kvbytes"]
-        job = self.cpu.seconds(kv_bytes * p["host_fraction"])
+        # One submission per layer for the batch: B x KV-head items split over all cores.
+        job = self.cpu.overhead_s + B * kv_bytes * p["host_fraction"] / (self.cpu.rate_gbs * 1e9)
         t, cpu_free, idle = 0.0, 0.0, 0.0
         done = {}
 
-        def submit(key, at):
+        def submit(li, at):
             nonlocal cpu_free
-            start = max(at, cpu_free)
+            start = max(at, cpu_free)  # FIFO: one batch after another
             cpu_free = start + job
-            done[key] = cpu_free
+            done[li] = cpu_free
 
         for li in range(L):
-            if mode == "ahead" and li + 1 < L:  # predicted queries, host part of li+1 queued
-                for b in range(B):
-                    t += q_seq
-                    submit((li + 1, b), t)
+            if mode == "ahead" and li + 1 < L:  # predicted queries: layer li+1's batch queued
+                t += pred + hand
+                submit(li + 1, t)
             t += pre
-            for b in range(B):
-                if mode == "parallel" or li == 0:
-                    t += q_seq
-                    submit((li, b), t)
-                t += a_seq
-                if done[(li, b)] > t:
-                    idle += done[(li, b)] - t
-                    t = done[(li, b)]
-            t += post
+            if mode == "parallel" or li == 0:
+                t += hand
+                submit(li, t)
+            t += att
+            if done[li] > t:  # the one wait of the layer, for the whole batch
+                idle += done[li] - t
+                t = done[li]
+            t += merge + post
         res["time"] = t + f_t
         res["idle"] = idle
-        res["cpu_busy"] = job * L * B
+        res["cpu_busy"] = job * L
         res["cpu_job"] = job
+        res["gpu_layer"] = layer_t
         return res
 
 
@@ -927,6 +965,10 @@ def report(model, fit, cpu, p, counters_path, cpu_path):
          (mh / results[(dev0, 32768, "ahead", mh)]["time"]), fmt_tps(mh / th), mh,
          fmt_tps(md / td), md))
 
+    for line in before_after(results, maxb, fit, p["before_dir"], counters_path,
+                             p["launch_us"]):
+        w(line)
+
     w("## What is modelled\n")
     w("A Llama-3-8B-shaped model (32 layers, hidden 4096, 32 query heads, 8 KV heads, head_dim "
       "128, FFN 14336, vocab 128256; bf16 weights, %.2f GB; bf16 KV, 128 KiB per token over "
@@ -937,10 +979,10 @@ def report(model, fit, cpu, p, counters_path, cpu_path):
       "`scripts/bench_hybrid.sh` (the hybrid store with every token in the device window; "
       "`--dense` would keep f32 KV);")
     w("- **hybrid `parallel`**: window = 25% of the context on the GPU, the rest in host "
-      "blocks; the CPU starts a sequence's host part with the layer's true query and the GPU "
-      "waits for it before that sequence's merge;")
-    w("- **hybrid `ahead`**: the same split; the host part of layer i+1 is queued during layer "
-      "i with the predicted query (layer 0 as `parallel`).\n")
+      "blocks; per layer the CPU starts the batch's host part with the layer's true queries "
+      "and the GPU waits for it, after the batch's device attention, before the merge;")
+    w("- **hybrid `ahead`**: the same split; the batch's host part of layer i+1 is queued "
+      "during layer i with the predicted queries (layer 0 as `parallel`).\n")
 
     w("### Model rules\n")
     w("- GPU time of a kernel = max(bytes / (HBM bandwidth x %.2f), flops / (peak x %.2f)), "
@@ -948,22 +990,28 @@ def report(model, fit, cpu, p, counters_path, cpu_path):
       "(batch > 8) use the bf16 tensor peak; the GEMV kernel (batch <= 8) the fp32 CUDA-core "
       "peak (it is memory-bound at every batch it serves)." % (p["hbm_eff"], p["compute_eff"]))
     w("- Plus %.0f us per kernel launch, per cuBLAS call and per `cudaMemcpyAsync` call, and "
-      "%.0f us per host synchronisation, in series with the kernels: today's step "
-      "synchronises at least once per sequence and layer in the hybrid modes and once per "
-      "step (logits) in all modes, and the series sum is the model's rule for launch "
-      "latency." % (p["launch_us"], p["sync_us"]))
+      "%.0f us per host synchronisation, in series with the kernels (the counts come from "
+      "the counters: a few per step, none per layer or sequence, since device-side flags, not "
+      "host waits, order the host part with the GPU), and the series sum is the model's rule "
+      "for launch latency." % (p["launch_us"], p["sync_us"]))
     w("- Bytes over PCIe (uploads, downloads, kernel reads of mapped pinned memory) at %.0f "
       "GB/s each way, in series." % p["pcie_gbs"])
-    w("- Hybrid: one sequence's host part of one layer costs %.0f us + its host KV bytes / the "
-      "host attention rate of the GPU server (below). The step is simulated layer by layer "
-      "and sequence by sequence in the order `HybridKv::attend` runs it. `parallel`: per "
-      "sequence, download q (a sync), queue its host part, launch the device partial (sinks, "
-      "paged window, own token, merges), then wait for the host part and merge: the GPU idles "
-      "max(0, host part - device partial) per sequence and layer. `ahead`: at the start of "
-      "layer i the predicted queries are downloaded (a sync each) and layer i+1's host parts "
-      "queued; the merge of layer i+1 waits for them, so they overlap the rest of layer i. "
-      "The CPU runs the queued parts one after another, all cores on each (FIFO). GPU idle "
-      "per step = the sum of the waits." % p["cpu_call_us"])
+    w("- Hybrid: the step is simulated layer by layer in the order `HybridRunner` "
+      "(kvstore/hybrid_runner.h, since f8c5281 and f5e82e8) runs it. A layer's host part is "
+      "one submission for the whole batch (items over sequences x KV heads, each split by "
+      "its own size) that the CPU runs with all its cores: %.0f us + the batch's host KV "
+      "bytes / the host attention rate of the GPU server (below). Per layer the GPU hands "
+      "the batch's query rows over (one copy to pinned memory and one flag, no host sync), "
+      "runs the batch's device attention (`attention_batch`: table upload, attention, "
+      "combine over every sequence's sinks, window pages and own token), then one flag wait "
+      "for the batch's host part and one merge over all rows, then the rest of the layer. "
+      "`parallel`: the hand-over follows the layer's Q/K/V projections. `ahead`: layer "
+      "i+1's hand-over (predicted queries) comes at the start of layer i, after the "
+      "predicted query's GEMV, so the host part overlaps the rest of layer i and layer "
+      "i+1's projections (layer 0 as `parallel`). The CPU runs the submissions one after "
+      "another (FIFO). GPU idle per step = the sum over layers of max(0, host part done - "
+      "GPU ready to merge). The layer's other GPU time is split before/after the hand-over "
+      "by weight bytes." % p["cpu_call_us"])
     w("- Largest batch: device memory = weights + the KV pool `KvStore` allocates per "
       "sequence (per layer: sink block + window blocks + 1, blocks of 64 tokens with MAW) + "
       "logits + %.0f GiB workspace + %.0f GiB kept free (as `bench-decode --batch max`); host "
@@ -999,7 +1047,8 @@ def report(model, fit, cpu, p, counters_path, cpu_path):
     w("| host attention cores | %d | assumption (`--cpu-cores`) |" % p["cpu_cores"])
     w("| host memory bandwidth cap | %.0f GB/s | assumption: achievable reads of one server "
       "socket with 8-12 DDR5 channels (`--cpu-bw-cap-gbs`) |" % p["cpu_bw_cap_gbs"])
-    w("| fixed cost of one host attention call | %.0f us | assumption (`--cpu-call-us`) |"
+    w("| fixed cost of one host attention submission (a layer's batch) | %.0f us | assumption "
+      "(`--cpu-call-us`) |"
       % p["cpu_call_us"])
     w("| fraction of host entries read | %.2f | `--sparse full` (`--host-fraction`) |"
       % p["host_fraction"])
@@ -1081,7 +1130,7 @@ def report(model, fit, cpu, p, counters_path, cpu_path):
 
     w("### Counts per step (H100 SXM, context 32768)\n")
     w("| mode | batch | launches | copy calls | host syncs | HBM GB | PCIe MB | launch ms | "
-      "sync ms | GEMV/GEMM ms | attention ms | host part per sequence and layer ms |")
+      "sync ms | GEMV/GEMM ms | attention ms | host part per layer (the batch) ms |")
     w("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for mode in MODES:
         for B in (1, 8, 32):
@@ -1158,14 +1207,17 @@ def report(model, fit, cpu, p, counters_path, cpu_path):
       % (", ".join("`%s`" % f for f in FEATURES), b1, b2, b1, b2, b1, b1, b2, b2, b1, b2, c1,
          c1, c2))
     w("What the model takes from the fit, at 32 layers, vocab 128256 and the target contexts: "
-      "the structural counters (launches per kernel family, copy calls, host syncs, bytes over "
-      "PCIe each way, mapped bytes, cuBLAS calls), none of which depends on the FFN width. The "
+      "the structural counters (launches per kernel family, copy calls (%s), host syncs, "
+      "bytes over PCIe each way, mapped bytes, cuBLAS calls), none of which depends on the FFN "
+      "width. The "
       "kernel and cuBLAS bytes and flops come from the analytic rules at the full shape: "
       "unique bytes, each byte a kernel touches counted once per launch (the DRAM traffic with "
       "perfect reuse inside a kernel and none across kernels). The emulator counts every load "
       "and store its threads make (`kernels/cuda/emu/hooks.cpp`), so a GEMV's x rows, re-read "
       "per weight row from L1 on a GPU, count once per weight row there: its byte counts are "
-      "compared with the analytic ones below, not used.\n")
+      "compared with the analytic ones below, not used.\n"
+      % ("counted by the emulator since f5e82e8" if fit.has_copies else
+         "from the analytic rules: these counters hold no copy count"))
     w("Held-out check: the largest relative error of a structural counter, and of three "
       "counters:\n")
     w("| mode | regime | worst structural counter | its error | launches | host syncs | d2h "
@@ -1207,7 +1259,8 @@ def report(model, fit, cpu, p, counters_path, cpu_path):
         w("Emulator against the analytic rules at the emulated shape, run by run (L = 1, V = "
           "%d, T = T1): launches and bytes per kernel family, then every per-step counter "
           "that differs. Read bytes above the analytic ones are re-reads a GPU serves from "
-          "L1/L2 (GEMV x rows, the attention's page table, q and positions).\n" % FIT_VOCAB[0])
+          "L1/L2 (GEMV x rows, the attention's page table and batch table, q and "
+          "positions).\n" % FIT_VOCAB[0])
         w("| mode | batch | family | launches emulator / analytic | read MB emulator / analytic "
           "| write MB emulator / analytic |")
         w("|---|---:|---|---|---|---|")
@@ -1220,7 +1273,7 @@ def report(model, fit, cpu, p, counters_path, cpu_path):
                 e = fit.by[key]
                 a = dict(analytic_flat(mode, 1, FIT_VOCAB[0], B, t1 - FIT_GEN, FIT_GEN,
                                        EMU_SHAPE["ffn"]))
-                for cat in [c for c, _ in CATEGORIES] + ["other"]:
+                for cat in CAT_NAMES:
                     if e[cat + ".launches"] == 0 and a[cat + ".launches"] == 0:
                         continue
                     w("| %s | %d | %s | %.0f / %.0f | %.3f / %.3f | %.3f / %.3f |"
@@ -1246,9 +1299,8 @@ def report(model, fit, cpu, p, counters_path, cpu_path):
       "synchronisations a real host thread queues ahead and a running kernel hides the next "
       "launch, so launch-bound steps can be up to 2x faster than modelled; compute-bound "
       "overlap (tensor cores beside memory traffic) is not modelled either.")
-    w("- CUDA graphs (not used today), batched attention across sequences and asynchronous "
-      "query downloads: the what-if table shows what removing the launch and sync terms "
-      "would give, not how.")
+    w("- CUDA graphs (not used today): the what-if table shows what removing the launch and "
+      "sync terms would give, not how.")
     w("- Contention: host attention and the GPU's DMA share host memory; the thread that "
       "drives the GPU also helps run host attention; PCIe is shared by uploads, downloads and "
       "mapped reads. Nothing is charged for it.")
@@ -1256,7 +1308,9 @@ def report(model, fit, cpu, p, counters_path, cpu_path):
       "attention, turning evicted blocks into host blocks, sampling (the logits go to the "
       "host), scheduling, HTTP.")
     w("- The host part: linear in its bytes plus a fixed cost per call, from a 2-core "
-      "measurement on a shared machine scaled to %d cores; NUMA, SMT, frequency and the "
+      "measurement on a shared machine scaled to %d cores, one fixed cost per layer's "
+      "submission whatever the batch (a batch of 1 has only 8 items for 32 cores: each item "
+      "split by its own size is assumed to keep them all busy); NUMA, SMT, frequency and the "
       "order in which oneTBB runs queued work (FIFO assumed) are not modelled."
       % p["cpu_cores"])
     w("- Prefill, admission, the prefix cache, `hgca` (its host mirror and MAW update) and "
@@ -1264,47 +1318,143 @@ def report(model, fit, cpu, p, counters_path, cpu_path):
     return wrap("\n".join(out)) + "\n"
 
 
+def before_after(results, maxb, fit, before_dir, counters_path, launch_us):
+    """The "Before / after the step plan" section: the headline of the document before the
+    batch step (c66c674) against this one, and the per-layer counts of both counter sets."""
+    doc = os.path.join(before_dir, "gpu-model.md")
+    runs = os.path.join(before_dir, "counters.jsonl")
+    if not (os.path.isfile(doc) and os.path.isfile(runs)):
+        return []
+    before = {}
+    cell = re.compile(r"([\d.]+)(?: \(B=(\d+)\))?(?: \[([\d.]+)\])?")
+    for line in open(doc):
+        f = [x.strip() for x in line.strip().strip("|").split("|")]
+        if len(f) != 5 or not f[0].isdigit() or f[1] not in ("1", "8", "32", "max"):
+            continue
+        for mode, txt in zip(MODES, f[2:]):
+            m = cell.fullmatch(txt)
+            if m:
+                before[(int(f[0]), f[1], mode)] = (m.group(1), m.group(2), m.group(3))
+        if "## What is modelled" in line:
+            break
+    dev0 = "H100 SXM"
+    out = ["## Before / after the step plan (2026-11-25)\n",
+           "Before: the document of c66c674 (kept in `%s/gpu-model.md`), whose step ran every "
+           "decode sequence on its own: its own host submission, device partial (sinks, paged "
+           "window, own token, two merges), wait, host merge and row writes, and whose model "
+           "charged one host call (%s) per sequence and layer. After: the batch step of f8c5281 "
+           "and f5e82e8 (one submission, one `attention_batch`, one wait and one merge per "
+           "layer, rows stored by one `scatter_rows` per tensor), with the counters of this "
+           "document's runs. All KV on the GPU (`--window-frac 1`) runs the same hybrid step "
+           "with no host part, so it changes too. H100 SXM, modelled decode tokens/s and GPU "
+           "idle per step waiting for the CPU (ms):\n" % (before_dir, "20 us + its bytes"),
+           "| context | batch | mode | tokens/s before | tokens/s after | GPU idle ms before "
+           "| GPU idle ms after |", "|---:|---|---|---:|---:|---:|---:|"]
+    for ctx in CONTEXTS:
+        for B in BATCHES + ("max",):
+            for mode in MODES:
+                mb = maxb[(dev0, ctx, mode)][0]
+                b = mb if B == "max" else B
+                r = results.get((dev0, ctx, mode, b))
+                old = before.get((ctx, str(B), mode))
+                label = "max %d" % b if B == "max" else str(B)
+                if old and old[1] and B == "max" and int(old[1]) != b:
+                    label += " (before: %s)" % old[1]
+                if r is None and old is None:
+                    continue  # does not fit, before or after
+                out.append("| %d | %s | %s | %s | %s | %s | %s |"
+                           % (ctx, label, MODE_TEXT[mode], old[0] if old else "-",
+                              fmt_tps(b / r["time"]) if r else "-",
+                              old[2] if old and old[2] else "-",
+                              fmt_ms(r["idle"]) if r and mode != "dense" else "-"))
+    out.append("")
+    r = results[(dev0, 4096, "ahead", 32)]
+    out.append("Tokens/s rise at batch 8 and more, where the GPU's own time fell (the launches "
+               "and copy calls a layer no longer issues per sequence); at batch 1 a layer issues "
+               "about as many calls as before, and in `parallel` the host part now hides behind "
+               "the device attention alone (attention and combine; the merges moved into the "
+               "combine), so batch 1 barely moves either way. The GPU idle can rise while "
+               "tokens/s rise, because "
+               "the same host work now meets a shorter GPU layer: at 4096 and batch 32 in "
+               "`ahead` a layer's GPU work is modelled at %.3f ms against %.3f ms for the "
+               "batch's host part. Where the host part bounds the step (16K and 32K at batch 8 "
+               "and more), the step stays close to L x the host part and the gain is small.\n"
+               % (r["gpu_layer"] * 1e3, r["cpu_job"] * 1e3))
+    old_fit = Fit([json.loads(x) for x in open(runs) if x.strip()])
+    L, V, T = SHAPE["layers"], SHAPE["vocab"], 32768
+
+    def per_layer(f, B, key):
+        return (f.at("ahead", L, B, V, T)[key] - f.at("ahead", 0, B, V, T)[key]) / L
+
+    out.append("Launches and copy calls per layer and host synchronisations per step, hybrid "
+               "`ahead`, 32 layers, context 32768, from the fits of the emulator counters "
+               "(before: `%s`; after: `%s`, whose emulator also counts copy calls). The "
+               "before emulator did not count copy calls: there they are c66c674's one "
+               "page-table upload per sequence and layer (its `h2d_bytes` agree). The before "
+               "document's step times also charged a query download per sequence and layer "
+               "(its analytic copy count) that c66c674 did not make (it wrote the query to "
+               "pinned memory with a kernel, counted among the launches): its hybrid steps are "
+               "L x B x %.0f us too long (%.1f ms at batch 32), which this comparison does not "
+               "correct.\n"
+               % (runs, counters_path, launch_us, L * 32 * launch_us / 1e3))
+    out.append("| batch | launches per layer before / after | copy calls per layer before / "
+               "after | launches + copies per layer before / after | host syncs per step "
+               "before / after |")
+    out.append("|---:|---|---|---|---|")
+    for B in BATCHES:
+        lb = per_layer(old_fit, B, "launches")
+        cb = float(B)
+        la = per_layer(fit, B, "launches")
+        ca = per_layer(fit, B, "copies")
+        sb = old_fit.at("ahead", L, B, V, T)["host_syncs"]
+        sa = fit.at("ahead", L, B, V, T)["host_syncs"]
+        out.append("| %d | %.1f / %.1f | %.0f / %.1f | %.1f / %.1f | %.0f / %.0f |"
+                   % (B, lb, la, cb, ca, lb + cb, la + ca, sb, sa))
+    out.append("")
+    return out
+
+
 def largest_costs(results, maxb, p, cpu):
     """The largest costs at H100 32K, ranked by modelled ms, in words."""
     dev, ctx = "H100 SXM", 32768
+    L = SHAPE["layers"]
     md, mh = maxb[(dev, ctx, "dense")][0], maxb[(dev, ctx, "ahead")][0]
     rd = results[(dev, ctx, "dense", md)]
     rh = results[(dev, ctx, "ahead", mh)]
     rp = results[(dev, ctx, "parallel", mh)]
+    r1 = results[(dev, ctx, "ahead", 1)]
     ph = rh["parts"]
-    per_sl = (ph["launches"] + ph["copies"]) / (SHAPE["layers"] * mh)
+    per_l = (ph["launches"] + ph["copies"]) / L
+    per_l1 = (r1["parts"]["launches"] + r1["parts"]["copies"]) / L
     hk = hybrid_tokens("ahead", ctx)[1]
     entries = [
         (rh["idle"], "Host attention over 75% of the context on the CPU (`full`)",
-         "at 32K a sequence's host part reads %.0f MB per layer; at %.0f GB/s that is %.3f ms "
-         "per sequence and layer against %.3f ms of GPU work per sequence and layer, so at "
-         "the largest hybrid batch (%d) the GPU idles %s of a %s ms step in `ahead` (%s ms in "
+         "at 32K a sequence's host part reads %.0f MB per layer; at %.0f GB/s the batch's "
+         "host part of one layer takes %.3f ms at the largest hybrid batch (%d) against %.3f "
+         "ms of GPU work per layer, so the GPU idles %s of a %s ms step in `ahead` (%s ms in "
          "`parallel`): %s tokens/s against %s for all KV on the GPU at its largest batch (%d)."
          " The 4x batch the hybrid store fits does not pay while the host part reads every "
-         "host entry." % (hk * 4096 / 1e6, cpu.rate_gbs, rh["cpu_job"] * 1e3,
-                          (rh["gpu"] / (SHAPE["layers"] * mh)) * 1e3, mh, fmt_ms(rh["idle"]),
-                          fmt_ms(rh["time"]), fmt_ms(rp["idle"]), fmt_tps(mh / rh["time"]),
+         "host entry." % (hk * 4096 / 1e6, cpu.rate_gbs, rh["cpu_job"] * 1e3, mh,
+                          rh["gpu_layer"] * 1e3, fmt_ms(rh["idle"]), fmt_ms(rh["time"]),
+                          fmt_ms(rp["idle"]), fmt_tps(mh / rh["time"]),
                           fmt_tps(md / rd["time"]), md)),
-        (ph["launch"], "Launches and copy calls per layer that grow with the batch",
-         "every sequence runs its own attention, %.0f kernel launches and copy calls per "
-         "sequence and layer (sink attention, paged window attention + combine, own-token "
-         "attention, two merges, the host merge, two KV-row writes, the page-table upload, "
-         "the query download), "
-         "so the hybrid step at batch %d issues %.0f: %s ms at %.0f us each, %.1fx its HBM "
-         "time (%s ms). All on the GPU at its largest batch (%d): %s ms of launches against %s "
-         "ms of HBM work." % (per_sl, mh, ph["launches"] + ph["copies"], fmt_ms(ph["launch"]),
-                              p["launch_us"], ph["launch"] / ph["hbm"], fmt_ms(ph["hbm"]), md,
-                              fmt_ms(rd["parts"]["launch"]), fmt_ms(rd["parts"]["hbm"]))),
-        (ph["sync"], "Host synchronisations per sequence and layer",
-         "the host reads each sequence's query (true or predicted) with a synchronous "
-         "download every layer, plus the logits each step and the evicted blocks: %.0f syncs "
-         "per step at batch %d (%s ms at %.0f us each), and each drains the stream, so no "
-         "launch can hide behind a running kernel." % (ph["syncs"] + 2 * SHAPE["layers"] * mh
-                                                      / 64, mh, fmt_ms(ph["sync"]),
-                                                      p["sync_us"])),
+        (ph["launch"], "Launches and copy calls",
+         "%.1f kernel launches and copy calls per layer (the step's, divided by its layers) at "
+         "batch %d against %.1f at batch 1 (a layer's attention is a fixed number of calls "
+         "whatever the batch), %.0f per step: %s ms at %.0f us each, %.1fx the step's HBM "
+         "time (%s ms). All on the GPU "
+         "at its largest batch (%d): %s ms of launches against %s ms of HBM work."
+         % (per_l, mh, per_l1, ph["launches"] + ph["copies"], fmt_ms(ph["launch"]),
+            p["launch_us"], ph["launch"] / ph["hbm"], fmt_ms(ph["hbm"]), md,
+            fmt_ms(rd["parts"]["launch"]), fmt_ms(rd["parts"]["hbm"]))),
+        (ph["sync"], "Host synchronisations",
+         "%.0f per step at batch %d (%s ms at %.0f us each): the counted step's and the "
+         "amortised downloads of evicted blocks; each drains the stream, so no launch can hide "
+         "behind a running kernel." % (ph["syncs"] + 2 * L * mh / 64, mh,
+                                                       fmt_ms(ph["sync"]), p["sync_us"])),
         (ph["pcie"], "Bytes over PCIe",
-         "logits (%.0f KB per sequence), queries, mapped partials and evicted blocks: %s ms "
-         "per step at batch %d." % (SHAPE["vocab"] * 4 / 1e3, fmt_ms(ph["pcie"]), mh)),
+         "logits, queries, mapped partials and evicted blocks: %s ms per step at batch %d."
+         % (fmt_ms(ph["pcie"]), mh)),
     ]
     entries.sort(key=lambda e: -e[0])
     return [(name, text) for _, name, text in entries]

@@ -10,6 +10,8 @@
 #   scripts/gpu_model.sh [--analytic] [--no-cpu] [-- extra gpu_model.py flags, e.g. --cpu-cores 64]
 #     --analytic  use the analytic counters even when the emulator build exists
 #     --no-cpu    keep docs/gpu-model/cpu-attn.jsonl (no new host attention measurement)
+# The "Before / after the step plan" section compares with docs/gpu-model/before-c66c674 (the
+# document and emulator counters before the batch step; gpu_model.py --before-dir).
 # TANDEM_EMU_BIN and TANDEM_BIN override build-emu/tandem and build/tandem.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
