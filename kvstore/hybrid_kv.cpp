@@ -18,6 +18,7 @@ HybridKv::HybridKv(HybridShared& shared, int32_t capacity)
     : shared_(shared), capacity_(capacity), layers_(static_cast<size_t>(shared.shape.n_layer)) {
   row_k_.resize(static_cast<size_t>(shared.blocks.row_elems()));
   row_v_.resize(row_k_.size());
+  zero_maw_.assign(static_cast<size_t>(shared.shape.n_head_kv), 0.0f);
 }
 
 HybridKv::~HybridKv() {
@@ -102,12 +103,11 @@ void HybridKv::evict_oldest(LayerTable& l) {
   // From the host side of the block where there is one (no device read), else downloaded once.
   shared_.rows.read_block(id, b, k, v);
   const bool host_side = shared_.rows.host_side();
-  const std::vector<float> zero_maw(static_cast<size_t>(hkv), 0.0f);
   for (int32_t t = 0; t < b; ++t) {
     cpu::row_to_f32(k + t * row_bytes, bk.layout.dtype, row_k_.data(), row);
     cpu::row_to_f32(v + t * row_bytes, bk.layout.dtype, row_v_.data(), row);
     append_host_row(l, row_k_.data(), row_v_.data(),
-                    host_side ? bk.dev_maw(id) + int64_t{t} * hkv : zero_maw.data());
+                    host_side ? bk.dev_maw(id) + int64_t{t} * hkv : zero_maw_.data());
   }
   l.window.pop_front();
   l.window_tokens -= b;
@@ -116,14 +116,13 @@ void HybridKv::evict_oldest(LayerTable& l) {
 
 void HybridKv::store(int32_t layer, const RowSource& src, int64_t i0, int64_t n, const float* maw) {
   LayerTable& l = layers_[static_cast<size_t>(layer)];
-  const int32_t hkv = shared_.shape.n_head_kv, b = shared_.geo.block;
+  const int32_t b = shared_.geo.block;
   const int64_t row = shared_.blocks.row_elems();
   DeviceRows& rows = shared_.rows;
   TANDEM_CHECK(
       (src.k != nullptr && src.v != nullptr) || (!rows.reads_host_rows() && shared_.geo.window > 0),
       "KV rows needed on the host");
-  const std::vector<float> zero(static_cast<size_t>(hkv), 0.0f);
-  if (maw == nullptr) maw = zero.data();
+  if (maw == nullptr) maw = zero_maw_.data();
   BlockPool& device = shared_.blocks.device;
   for (int64_t i = i0; i < i0 + n; ++i) {
     const int32_t pos = length_ + static_cast<int32_t>(i - i0);

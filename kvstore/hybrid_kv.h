@@ -93,6 +93,7 @@ class HybridKv final : public SequenceKv {
   std::vector<LayerTable> layers_;
   HostStats stats_;
   std::vector<float> row_k_, row_v_, q_scaled_;  // scratch
+  std::vector<float> zero_maw_;                  // Hkv zeros: the MAW of rows stored without one
 };
 
 }  // namespace tandem
