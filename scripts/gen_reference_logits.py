@@ -6,7 +6,7 @@ Usage (from anywhere; paths are resolved relative to the repository root):
     /usr/bin/python3 scripts/gen_reference_logits.py
 
 Needs only PyTorch (CPU, >= 1.13) and NumPy -- no `transformers`, no `safetensors`
-package: the safetensors format is read and written by hand below.  The run is
+package: the safetensors format is read and written by hand (reference_logits/).  The run is
 deterministic (fixed seeds, single-threaded float64 math), so re-running it rewrites
 byte-identical files.
 
