@@ -1,0 +1,23 @@
+"""Paths, special tokens, evaluation sizes and the model/training presets."""
+import os
+
+# scripts/train_model/settings.py -> the repository root
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+CORPUS_ROOT = "/usr/lib/python3.11"
+SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+BOS = EOS = 0  # <|endoftext|> separates (and starts) documents
+EVAL_SEGMENTS = 48  # 1024-token segments of held-out text scored for the demo
+CLI_SEGMENTS = 16  # segments of the `tandem perplexity` cross-check
+
+PRESETS = {
+    # ~5.5M parameters (22 MB in F32).  Every step sees batch * seq tokens; the first
+    # short_frac of the steps use windows of short_seq tokens (attention is the costly part
+    # on a CPU), the rest full-length windows.
+    "demo": dict(hidden=256, layers=6, heads=8, kv_heads=4, ffn=704, vocab=4096,
+                 max_pos=1024, rope_theta=10000.0, seq=1024, batch=4, lr=3e-3,
+                 warmup=30, min_lr_frac=0.1, short_seq=256, short_frac=0.75),
+    # Same shape, continued on 4096-token windows.
+    "long": dict(hidden=256, layers=6, heads=8, kv_heads=4, ffn=704, vocab=4096,
+                 max_pos=4096, rope_theta=10000.0, seq=4096, batch=1, lr=5e-4,
+                 warmup=3, min_lr_frac=0.1, short_seq=4096, short_frac=0.0),
+}

@@ -1,0 +1,70 @@
+"""The training loop: AdamW, warmup + cosine decay, seeded random windows of the stream, short
+windows first; checkpoints (model, optimiser, step, RNG state) for --resume.
+"""
+import math
+import os
+import time
+
+import torch
+import torch.nn.functional as F
+
+from .log import log
+
+
+def lr_at(step, c, steps):
+    if step < c["warmup"]:
+        return c["lr"] * (step + 1) / c["warmup"]
+    t = (step - c["warmup"]) / max(1, steps - c["warmup"])
+    return c["lr"] * (c["min_lr_frac"] + (1 - c["min_lr_frac"]) * 0.5 * (1 + math.cos(math.pi * t)))
+
+
+def train(args, c, model, stream):
+    ckpt = os.path.join(args.work, "ckpt.pt")
+    decay = [p for n, p in model.named_parameters() if not n.endswith("norm.weight")]
+    keep = [p for n, p in model.named_parameters() if n.endswith("norm.weight")]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
+                             {"params": keep, "weight_decay": 0.0}],
+                            lr=c["lr"], betas=(0.9, 0.95), eps=1e-8)
+    gen = torch.Generator().manual_seed(args.seed + 1)
+    step, seen, spent = 0, 0, 0.0
+    if args.resume and os.path.exists(ckpt):
+        st = torch.load(ckpt)
+        model.load_state_dict(st["model"])
+        opt.load_state_dict(st["opt"])
+        gen.set_state(st["gen"])
+        step, seen, spent = st["step"], st["tokens"], st["seconds"]
+        log(f"resumed at step {step}")
+
+    def save():
+        torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "gen": gen.get_state(),
+                    "step": step, "tokens": seen, "seconds": spent}, ckpt + ".tmp")
+        os.replace(ckpt + ".tmp", ckpt)
+
+    model.train()
+    t0 = time.time()
+    while step < min(args.steps, args.stop_at or args.steps):
+        seq = c["short_seq"] if step < c["short_frac"] * args.steps else c["seq"]
+        batch = c["batch"] * c["seq"] // seq
+        starts = torch.randint(0, len(stream) - seq - 1, (batch,), generator=gen)
+        win = torch.stack([stream[s:s + seq + 1] for s in starts.tolist()]).to(args.device)
+        for g in opt.param_groups:
+            g["lr"] = lr_at(step, c, args.steps)
+        logits = model(win[:, :-1])
+        loss = F.cross_entropy(logits.reshape(-1, c["vocab"]), win[:, 1:].reshape(-1))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        step += 1
+        seen += c["batch"] * c["seq"]
+        now = time.time()
+        spent += now - t0
+        t0 = now
+        if step % 10 == 0 or step == 1:
+            lr = lr_at(step - 1, c, args.steps)
+            log(f"step {step}/{args.steps} loss {loss.item():.4f} lr {lr:.2e}"
+                f" tokens {seen} {seen / spent:.0f} tok/s elapsed {spent / 60:.1f} min")
+        if step % args.save_every == 0 or step in (args.steps, args.stop_at):
+            save()
+    return seen, spent
+
