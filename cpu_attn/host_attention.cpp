@@ -63,6 +63,7 @@ struct HostAttention::Batch {
   std::unique_ptr<std::atomic<int32_t>[]> parts_left;  // per item
   std::function<void()> on_done;
   HostAttnStart start;
+  HostAttnPrepare prepare;     // run before the split (which then happens on the worker)
   bool waiting_start = false;  // in pending_ (guarded by HostAttention::pending_mu_)
 
   std::atomic<bool> published{false};
@@ -81,10 +82,6 @@ struct HostAttention::Batch {
 };
 
 namespace {
-
-bool start_reached(const HostAttnStart& s) {
-  return s.flag == nullptr || __atomic_load_n(s.flag, __ATOMIC_ACQUIRE) >= s.value;
-}
 
 // Every output of the batch NaN (a failed or cancelled batch).
 void poison_outputs(std::span<const HostAttnItem> items, int32_t head_dim) {
@@ -169,21 +166,54 @@ HostAttention::~HostAttention() {
 }
 
 HostAttention::Ticket HostAttention::submit(std::vector<HostAttnItem> items,
-                                            std::function<void()> on_done, HostAttnStart start) {
+                                            std::function<void()> on_done, HostAttnStart start,
+                                            HostAttnPrepare prepare) {
   auto b = std::make_shared<Batch>();
-  const int64_t row_bytes = head_dim_ * dtype_size(kv_dtype_);
-  // Selected rows per item.
-  std::vector<int64_t> rows(items.size());
   for (size_t i = 0; i < items.size(); ++i) {
     const HostAttnItem& it = items[i];
     TANDEM_CHECK(it.q != nullptr && it.o != nullptr && it.lse != nullptr && it.G >= 1,
                  "host attention item ", i, ": null q/o/lse or G=", it.G);
-    for (const HostBlockRef& blk : it.blocks) {
+  }
+  b->items = std::move(items);
+  b->on_done = std::move(on_done);
+  b->start = start;
+  b->prepare = std::move(prepare);
+  // Without a prepare the blocks are known now: a malformed one throws here, at once.
+  if (!b->prepare) split_batch(*b);
+  b->published.store(true, std::memory_order_release);
+
+  Ticket t;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    t.id = next_id_++;
+    batches_.emplace(t.id, b);
+  }
+  if (start_reached(start)) {
+    start_batch(*b);
+    return t;
+  }
+  {
+    std::lock_guard<std::mutex> lock(pending_mu_);
+    b->waiting_start = true;
+    pending_.push_back(b);
+    if (!dispatcher_.joinable()) dispatcher_ = std::thread([this] { dispatch_loop(); });
+  }
+  pending_cv_.notify_all();
+  return t;
+}
+
+void HostAttention::split_batch(Batch& batch) const {
+  Batch* b = &batch;
+  const std::vector<HostAttnItem>& items = b->items;
+  const int64_t row_bytes = head_dim_ * dtype_size(kv_dtype_);
+  // Selected rows per item.
+  std::vector<int64_t> rows(items.size());
+  for (size_t i = 0; i < items.size(); ++i)
+    for (const HostBlockRef& blk : items[i].blocks) {
       TANDEM_CHECK(blk.n >= 0 && blk.n_idx >= 0, "host attention item ", i, ": block n=", blk.n,
                    " n_idx=", blk.n_idx);
       rows[i] += blk.rows();
     }
-  }
   // Each item alone is cut into up to kTasksPerThread parts per worker (none smaller than
   // kMinPartBytes): a long item uses every core even when it is the only one, and how an item
   // is split depends on the item and the thread count only, never on the rest of the batch, so
@@ -191,7 +221,7 @@ HostAttention::Ticket HostAttention::submit(std::vector<HostAttnItem> items,
   const int64_t target_tasks = kTasksPerThread * threads_;
   const int64_t min_rows = std::max<int64_t>(1, kMinPartBytes / (2 * row_bytes));
 
-  b->splits.resize(items.size());
+  b->splits.assign(items.size(), Batch::Split{});
   b->parts_left = std::make_unique<std::atomic<int32_t>[]>(items.size());
   int64_t scratch = 0;
   for (size_t i = 0; i < items.size(); ++i) {
@@ -223,29 +253,20 @@ HostAttention::Ticket HostAttention::submit(std::vector<HostAttnItem> items,
   b->tasks_left.store(b->tasks.size(), std::memory_order_relaxed);
   b->part_lse.resize(static_cast<size_t>(scratch));
   b->part_o.resize(static_cast<size_t>(scratch * head_dim_));
-  b->items = std::move(items);
-  b->on_done = std::move(on_done);
-  b->start = start;
-  b->published.store(true, std::memory_order_release);
+}
 
-  Ticket t;
+bool HostAttention::start_reached(const HostAttnStart& s) const {
+  if (s.flag != nullptr && __atomic_load_n(s.flag, __ATOMIC_ACQUIRE) < s.value) return false;
+  if (s.after == 0) return true;
+  std::shared_ptr<Batch> before;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    t.id = next_id_++;
-    batches_.emplace(t.id, b);
+    const auto it = batches_.find(s.after);
+    if (it == batches_.end()) return true;  // waited on already
+    before = it->second;
   }
-  if (start_reached(start)) {
-    start_batch(*b);
-    return t;
-  }
-  {
-    std::lock_guard<std::mutex> lock(pending_mu_);
-    b->waiting_start = true;
-    pending_.push_back(b);
-    if (!dispatcher_.joinable()) dispatcher_ = std::thread([this] { dispatch_loop(); });
-  }
-  pending_cv_.notify_all();
-  return t;
+  std::lock_guard<std::mutex> lock(before->mu);
+  return before->done;
 }
 
 // The root task holds a raw pointer: batches_ keeps the batch alive until wait() has seen the
@@ -296,6 +317,20 @@ void HostAttention::dispatch_loop() {
 
 void HostAttention::run_batch(Batch& b) {
   b.published.load(std::memory_order_acquire);
+  if (b.prepare) {
+    const auto t0 = std::chrono::steady_clock::now();
+    try {
+      b.prepare(b.items);
+      split_batch(b);
+    } catch (...) {
+      b.fail(std::current_exception());
+      b.tasks.clear();
+    }
+    busy_ns_.fetch_add(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0)
+            .count(),
+        std::memory_order_relaxed);
+  }
   const size_t n = b.tasks.size();
   if (n == 0) return finish_batch(b);
   // Runners pull tasks from a shared counter; one per worker that can help, this one included.

@@ -43,12 +43,21 @@ struct HostAttnItem {
 };
 
 // When a batch may start: once *flag >= value (unsigned, read with acquire ordering), a host flag
-// (kernels/backend.h) that a device raises after writing what the items read (their queries).
-// A null flag: at once.
+// (kernels/backend.h) that a device raises after writing what the items read (their queries),
+// and once the batch `after` (a ticket id of the same instance; 0: none) is done. A null flag
+// and no `after`: at once.
 struct HostAttnStart {
   const uint32_t* flag = nullptr;
   uint32_t value = 0;
+  uint64_t after = 0;
 };
+
+// Host work of a batch that runs once it has started, on a worker, before its items are split:
+// what the items read that exists only once the device delivered (the blocks a policy selects
+// with the delivered queries), or host work of its own that must wait for the device (a batch
+// of no items). It may set each item's blocks (the memory they point at must then stay valid
+// until the batch is waited on). Runs inside the arena: it may use oneTBB parallel algorithms.
+using HostAttnPrepare = std::function<void(std::span<HostAttnItem> items)>;
 
 class HostAttention {
  public:
@@ -75,9 +84,10 @@ class HostAttention {
   // on a malformed item. With a start flag not reached yet, the batch waits in a queue that a
   // dispatcher thread of this instance polls (no arena thread blocks on it) and starts once the
   // flag is reached; the item pointers must be valid from submit on, the contents they read only
-  // once the flag is raised.
+  // once the flag is raised. With a prepare, the items' blocks are read (checked and split) only
+  // after it ran; an exception it throws fails the batch as a task's would.
   Ticket submit(std::vector<HostAttnItem> items, std::function<void()> on_done = {},
-                HostAttnStart start = {});
+                HostAttnStart start = {}, HostAttnPrepare prepare = {});
   // Blocks until the batch is done, helping to run the arena's tasks meanwhile, then forgets
   // the ticket. Rethrows the first exception raised by one of its tasks. A batch still waiting
   // for its start flag is waited for too (cancel() first where the flag may never come).
@@ -102,6 +112,8 @@ class HostAttention {
  private:
   struct Batch;  // defined in host_attention.cpp
   std::shared_ptr<Batch> find(Ticket t) const;
+  bool start_reached(const HostAttnStart& s) const;
+  void split_batch(Batch& b) const;  // checks the items and cuts them into tasks
   void run_batch(Batch& b);
   void run_tasks(Batch& b);
   void run_task(Batch& b, size_t t);

@@ -190,4 +190,8 @@ std::unique_ptr<DeviceRows> DeviceRows::make(Backend& backend, const BlockAccess
   return std::make_unique<InPlaceRows>(blocks);
 }
 
+std::unique_ptr<DeviceRows> DeviceRows::make_scatter(Backend& backend, const BlockAccess& blocks) {
+  return std::make_unique<DeviceOnlyRows>(backend, blocks);
+}
+
 }  // namespace tandem

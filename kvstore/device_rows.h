@@ -42,6 +42,9 @@ class DeviceRows {
   virtual void read_block(int32_t id, int32_t rows, const uint8_t*& k, const uint8_t*& v) = 0;
 
   static std::unique_ptr<DeviceRows> make(Backend& backend, const BlockAccess& blocks);
+  // Device copies only (from the step's k and v on the device), whatever the pool's host side:
+  // the device half of a store whose host side a host job writes (kvstore/hybrid_jobs.cpp).
+  static std::unique_ptr<DeviceRows> make_scatter(Backend& backend, const BlockAccess& blocks);
 };
 
 }  // namespace tandem

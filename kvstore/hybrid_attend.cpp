@@ -14,8 +14,6 @@ void HybridRunner::submit(Backend& be, int32_t layer, const TensorView& q, int64
   const KvShape& sh = sh_.shape;
   const int32_t G = sh.n_head_q / sh.n_head_kv, d = sh.head_dim, hkv = sh.n_head_kv;
   const int64_t qd = int64_t{sh.n_head_q} * d;
-  TANDEM_CHECK(qh != nullptr || sh_.cfg.sparse != SparsePolicy::kTopk,
-               "topk selection needs the query");
   // The layer's buffers are reused step after step: written (by the host here, by the
   // backend's copy, by the workers once the query has landed) only after the merge of the
   // layer's previous batch ran. On a device backend the host read the previous step's results
@@ -39,7 +37,7 @@ void HybridRunner::submit(Backend& be, int32_t layer, const TensorView& q, int64
   float* lse = part.lse.as<float>();
   float* o = part.o.as<float>();
   std::vector<HostAttnItem> items;
-  size_t item = 0;
+  slot.picks.clear();
   for (size_t i = 0; i < seqs_.size(); ++i) {
     const Seq& s = seqs_[i];
     if (!host_async(s, layer)) {
@@ -47,45 +45,79 @@ void HybridRunner::submit(Backend& be, int32_t layer, const TensorView& q, int64
       std::fill_n(lse + s.row0 * sh.n_head_q, int64_t{s.n} * sh.n_head_q, kNegInf);
       continue;
     }
-    const LayerTable& t = s.kv->table(layer);
     const float threshold =
         sh_.cfg.hgca_beta / static_cast<float>(std::max(1, s.kv->device_tokens(layer)));
     HostStats& st = s.kv->stats();
-    LayerSpans& spans = plan_.seqs[i].layers[static_cast<size_t>(layer)];
-    for (int32_t g = 0; g < hkv; ++g, ++item) {
-      if (slot.refs.size() <= item) slot.refs.resize(item + 1), slot.idx.resize(item + 1);
-      auto& refs = slot.refs[item];
-      auto& idx = slot.idx[item];
-      refs.clear();
-      idx.clear();
-      const HostHead head{t, sh_.blocks, g};
-      const float* qg = qbuf + s.row0 * qd + int64_t{g} * G * d;
-      int64_t rows = 0;
-      switch (sh_.cfg.sparse) {
-        case SparsePolicy::kFull:
-          rows = select_full(head, refs);
-          break;
-        case SparsePolicy::kTopk:
-          // The host's own copy of the query: the buffer may still be in flight from the device.
-          rows = select_topk(head, qh + (s.row0 - row0) * qd + int64_t{g} * G * d, G,
-                             sh_.cfg.topk_blocks, refs);
-          break;
-        case SparsePolicy::kHgca:
-          rows = select_hgca(head, threshold, refs, idx);
-          break;
-      }
-      st.host_entries += t.host_tokens;
-      st.attended += rows;
-      spans.selected[static_cast<size_t>(g)] = rows;
-      items.push_back(HostAttnItem{qg, G, o + s.row0 * qd + int64_t{g} * G * d,
-                                   lse + s.row0 * sh.n_head_q + int64_t{g} * G, refs});
-    }
+    st.host_entries += int64_t{s.kv->table(layer).host_tokens} * hkv;
     ++st.decode_layers;
+    for (int32_t g = 0; g < hkv; ++g) {
+      slot.picks.push_back(Pick{i, g, threshold});
+      items.push_back(HostAttnItem{qbuf + s.row0 * qd + int64_t{g} * G * d,
+                                   G,
+                                   o + s.row0 * qd + int64_t{g} * G * d,
+                                   lse + s.row0 * sh.n_head_q + int64_t{g} * G,
+                                   {}});
+    }
   }
   // Rows of the batch no sequence covers (none today) stay empty too.
+  // The policies select on a worker once the queries are there (topk reads them), from the
+  // step's snapshot of the block table: the store of this layer may run before they do. Under
+  // window 0 the store writes into the last host block, whose digest and MAW the selection
+  // reads: there it selects here, before the store, from the host's copy of the query.
+  const size_t n_items = items.size();
+  slot.refs.resize(std::max(slot.refs.size(), n_items));
+  slot.idx.resize(std::max(slot.idx.size(), n_items));
+  slot.picked.assign(n_items, 0);
+  auto select = [this, layer, &slot](std::span<HostAttnItem> its) { pick(layer, slot, its); };
+  HostAttnPrepare prepare;
+  if (sh_.geo.window == 0 && !be.host_accessible()) {
+    TANDEM_CHECK(qh != nullptr || sh_.cfg.sparse != SparsePolicy::kTopk,
+                 "topk selection needs the query");
+    select(items);
+  } else {
+    prepare = select;
+  }
   // The workers raise the partial's flag when they are done (NaN partial if they failed).
   slot.ticket = sh_.host_attn.submit(
-      std::move(items), [flag = partial_flag(layer), seq] { publish_host_flag(flag, seq); }, start);
+      std::move(items), [flag = partial_flag(layer), seq] { publish_host_flag(flag, seq); }, start,
+      std::move(prepare));
+}
+
+void HybridRunner::pick(int32_t layer, Slot& slot, std::span<HostAttnItem> items) {
+  const KvShape& sh = sh_.shape;
+  const int32_t G = sh.n_head_q / sh.n_head_kv;
+  for (size_t item = 0; item < items.size(); ++item) {
+    const Pick& p = slot.picks[item];
+    const LayerSpans& spans = plan_.seqs[p.seq].layers[static_cast<size_t>(layer)];
+    auto& refs = slot.refs[item];
+    auto& idx = slot.idx[item];
+    refs.clear();
+    idx.clear();
+    const HostHead head{spans.host, spans.host_tokens, sh_.blocks, p.g};
+    switch (sh_.cfg.sparse) {
+      case SparsePolicy::kFull:
+        slot.picked[item] = select_full(head, refs);
+        break;
+      case SparsePolicy::kTopk:
+        slot.picked[item] = select_topk(head, items[item].q, G, sh_.cfg.topk_blocks, refs);
+        break;
+      case SparsePolicy::kHgca:
+        slot.picked[item] = select_hgca(head, p.threshold, refs, idx);
+        break;
+    }
+    items[item].blocks = refs;
+  }
+}
+
+void HybridRunner::account(int32_t layer) {
+  Slot& slot = slots_[static_cast<size_t>(layer)];
+  for (size_t item = 0; item < slot.picks.size(); ++item) {
+    const Pick& p = slot.picks[item];
+    seqs_[p.seq].kv->stats().attended += slot.picked[item];
+    plan_.seqs[p.seq].layers[static_cast<size_t>(layer)].selected[static_cast<size_t>(p.g)] =
+        slot.picked[item];
+  }
+  slot.picks.clear();
 }
 
 void HybridRunner::device_partials(Backend& be, int32_t layer, const TensorView& q,
@@ -187,7 +219,10 @@ void HybridRunner::merge_host(Backend& be, int32_t layer, const AttnPartial& out
     waited = true;
     sh_.host_attn.wait(t);
   });
-  if (!waited) slot.merged = t;
+  if (waited)
+    account(layer);
+  else
+    slot.merged = t;
   // One merge for the batch, reading the partials in place (allocate_host memory: pinned and
   // mapped on a GPU); rows without host work are empty partials.
   be.merge(out, layer_partial(layer, rows_));
@@ -215,28 +250,40 @@ void HybridRunner::attend(Backend& be, int32_t layer, const TensorView& q, const
   }
   // The host reads q (host attention, MAW, observation), the new k and v where the row strategy
   // writes through the host (or rows go straight to host blocks), and the device lse (MAW): in
-  // place on a host-accessible backend, else downloaded, once for the batch. Parallel mode (and
-  // layer 0 of ahead mode) submit the host part now, before the device part.
+  // place on a host-accessible backend, else downloaded, once for the batch; in a deferred step
+  // (decode only, device backend) none of them: the device copies them for the layer's host job.
+  // Parallel mode (and layer 0 of ahead mode) submit the host part now, before the device part.
   const bool submit_now = any_async && !slot.ticket;
   const bool need_q =
-      (submit_now && (sh_.cfg.sparse == SparsePolicy::kTopk || be.host_accessible())) ||
-      (maw && (any_decode || any_observe));
+      (submit_now && reads_query(be)) || (!defer_ && maw && (any_decode || any_observe));
   const float* qh = need_q ? host_readable(be, q, q_stage_) : nullptr;
   if (submit_now) submit(be, layer, q, 0, qh);
 
   device_partials(be, layer, q, k, v, q_pos, out);
-  const bool rows_on_host = sh_.rows.reads_host_rows() || sh_.geo.window == 0;
+  const bool rows_on_host = !defer_ && (sh_.rows.reads_host_rows() || sh_.geo.window == 0);
   const float* kh = rows_on_host ? host_readable(be, k, k_stage_) : nullptr;
   const float* vh = rows_on_host ? host_readable(be, v, v_stage_) : nullptr;
-  new_maw_.assign(seqs_.size() * static_cast<size_t>(sh.n_head_kv), 0.0f);
-  if (maw && any_decode) {
-    // The device partial's lse, before the host part is merged in.
-    const float* lse = host_readable(be, out.lse, lse_stage_);
-    for (size_t i = 0; i < seqs_.size(); ++i) {
-      const Seq& s = seqs_[i];
-      if (!s.decode) continue;
-      s.kv->update_maw(layer, qh + s.row0 * qd, lse + s.row0 * sh.n_head_q, kh + s.row0 * row,
-                       new_maw_.data() + i * static_cast<size_t>(sh.n_head_kv));
+  JobSlot& job = jobs_[static_cast<size_t>(layer)];
+  float* new_maw = defer_ ? job.maw.data() : new_maw_.data();
+  const size_t n_maw = seqs_.size() * static_cast<size_t>(sh.n_head_kv);
+  if (defer_) {
+    job.work.clear();
+    job.maw.assign(n_maw, 0.0f);
+    new_maw = job.maw.data();
+    if (maw) stage_rows(be, layer, q, k, v, out.lse);  // the device lse, before the merge
+  } else {
+    new_maw_.assign(n_maw, 0.0f);
+    new_maw = new_maw_.data();
+    if (maw && any_decode) {
+      // The device partial's lse, before the host part is merged in.
+      const float* lse = host_readable(be, out.lse, lse_stage_);
+      for (size_t i = 0; i < seqs_.size(); ++i) {
+        const Seq& s = seqs_[i];
+        if (!s.decode) continue;
+        s.kv->update_maw(plan_.seqs[i].layers[static_cast<size_t>(layer)], qh + s.row0 * qd,
+                         lse + s.row0 * sh.n_head_q, kh + s.row0 * row,
+                         new_maw + i * static_cast<size_t>(sh.n_head_kv));
+      }
     }
   }
   if (slot.ticket) merge_host(be, layer, out);
@@ -249,9 +296,15 @@ void HybridRunner::attend(Backend& be, int32_t layer, const TensorView& q, const
   const RowSource src{kh, vh, k, v};
   for (size_t i = 0; i < seqs_.size(); ++i) {
     const Seq& s = seqs_[i];
-    s.kv->store(
-        layer, src, s.row0, s.n,
-        s.decode && maw ? new_maw_.data() + i * static_cast<size_t>(sh.n_head_kv) : nullptr);
+    s.kv->store(layer, src, s.row0, s.n,
+                s.decode && maw ? new_maw + i * static_cast<size_t>(sh.n_head_kv) : nullptr,
+                defer_ ? &job.work : nullptr);
+  }
+  if (defer_) {
+    stage_moves(be, job.work);  // before the scatter may overwrite a freed block
+    sh_.scatter->flush();
+    if (maw || !job.work.moves.empty()) launch_job(be, layer);
+    return;
   }
   sh_.rows.flush();
   if (maw && any_observe) {

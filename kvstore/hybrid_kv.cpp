@@ -65,20 +65,23 @@ float HybridKv::maw_of(int32_t layer, int32_t pos, int32_t g) const {
   return bk.dev_maw(l.window[static_cast<size_t>(w / b)])[(w % b) * hkv + g];
 }
 
-void HybridKv::append_host_row(LayerTable& l, const float* k_row, const float* v_row,
-                               const float* maw) {
+int32_t HybridKv::new_host_block(LayerTable& l) {
+  const BlockAccess& bk = shared_.blocks;
+  const int64_t n = int64_t{shared_.shape.n_head_kv} * shared_.shape.head_dim;
+  const int32_t id = bk.host.alloc();
+  TANDEM_REQUIRE(id >= 0, kOutOfMemory, "host KV pool exhausted");
+  std::fill_n(bk.host_kmin(id), n, std::numeric_limits<float>::infinity());
+  std::fill_n(bk.host_kmax(id), n, -std::numeric_limits<float>::infinity());
+  l.host.push_back(id);
+  return id;
+}
+
+void HybridKv::write_host_row(int32_t id, int32_t slot, const float* k_row, const float* v_row,
+                              const float* maw) {
   const BlockAccess& bk = shared_.blocks;
   const int32_t b = shared_.geo.block, d = shared_.shape.head_dim, hkv = shared_.shape.n_head_kv;
   const DType t = bk.layout.dtype;
   const int64_t es = dtype_size(t);
-  if (l.host_tokens % b == 0) {
-    const int32_t id = bk.host.alloc();
-    TANDEM_REQUIRE(id >= 0, kOutOfMemory, "host KV pool exhausted");
-    std::fill_n(bk.host_kmin(id), int64_t{hkv} * d, std::numeric_limits<float>::infinity());
-    std::fill_n(bk.host_kmax(id), int64_t{hkv} * d, -std::numeric_limits<float>::infinity());
-    l.host.push_back(id);
-  }
-  const int32_t id = l.host.back(), slot = l.host_tokens % b;
   float stored[512];
   TANDEM_CHECK(d <= 512, "head_dim ", d);
   for (int32_t g = 0; g < hkv; ++g) {
@@ -90,40 +93,71 @@ void HybridKv::append_host_row(LayerTable& l, const float* k_row, const float* v
     cpu::row_to_f32(kd, t, stored, d);  // the digest bounds the keys as stored
     digest_add(bk.host_kmin(id) + int64_t{g} * d, bk.host_kmax(id) + int64_t{g} * d, stored, d);
   }
+}
+
+void HybridKv::append_host_row(LayerTable& l, const float* k_row, const float* v_row,
+                               const float* maw) {
+  if (l.host_tokens % shared_.geo.block == 0) new_host_block(l);
+  write_host_row(l.host.back(), l.host_tokens % shared_.geo.block, k_row, v_row, maw);
   ++l.host_tokens;
 }
 
-void HybridKv::evict_oldest(LayerTable& l) {
-  const int32_t b = shared_.geo.block, hkv = shared_.shape.n_head_kv;
-  TANDEM_CHECK(!l.window.empty() && l.window_tokens >= b, "evict from a short window");
+void HybridKv::move_rows(int32_t host_id, const uint8_t* k, const uint8_t* v, const float* maw) {
   const BlockAccess& bk = shared_.blocks;
-  const int32_t id = l.window.front();
+  const int32_t hkv = shared_.shape.n_head_kv;
   const int64_t row_bytes = bk.row_bytes(), row = bk.row_elems();
-  const uint8_t *k = nullptr, *v = nullptr;
-  // From the host side of the block where there is one (no device read), else downloaded once.
-  shared_.rows.read_block(id, b, k, v);
-  const bool host_side = shared_.rows.host_side();
-  for (int32_t t = 0; t < b; ++t) {
+  for (int32_t t = 0; t < shared_.geo.block; ++t) {
     cpu::row_to_f32(k + t * row_bytes, bk.layout.dtype, row_k_.data(), row);
     cpu::row_to_f32(v + t * row_bytes, bk.layout.dtype, row_v_.data(), row);
-    append_host_row(l, row_k_.data(), row_v_.data(),
-                    host_side ? bk.dev_maw(id) + int64_t{t} * hkv : zero_maw_.data());
+    write_host_row(host_id, t, row_k_.data(), row_v_.data(),
+                   maw != nullptr ? maw + int64_t{t} * hkv : zero_maw_.data());
   }
+}
+
+void HybridKv::evict_oldest(LayerTable& l, LayerJob* job) {
+  const int32_t b = shared_.geo.block;
+  TANDEM_CHECK(!l.window.empty() && l.window_tokens >= b, "evict from a short window");
+  // With a device window every host block is a whole evicted block.
+  TANDEM_CHECK(l.host_tokens % b == 0, "evict after a partial host block");
+  const BlockAccess& bk = shared_.blocks;
+  const int32_t id = l.window.front();
+  const int32_t host_id = new_host_block(l);
+  if (job != nullptr) {
+    job->moves.push_back(LayerJob::Move{this, id, host_id, -1});
+  } else {
+    const uint8_t *k = nullptr, *v = nullptr;
+    // From the host side of the block where there is one (no device read), else downloaded once.
+    shared_.rows.read_block(id, b, k, v);
+    move_rows(host_id, k, v, shared_.rows.host_side() ? bk.dev_maw(id) : nullptr);
+  }
+  l.host_tokens += b;
   l.window.pop_front();
   l.window_tokens -= b;
   bk.device.free(id);
 }
 
-void HybridKv::store(int32_t layer, const RowSource& src, int64_t i0, int64_t n, const float* maw) {
+void HybridKv::store(int32_t layer, const RowSource& src, int64_t i0, int64_t n, const float* maw,
+                     LayerJob* job) {
   LayerTable& l = layers_[static_cast<size_t>(layer)];
   const int32_t b = shared_.geo.block;
   const int64_t row = shared_.blocks.row_elems();
-  DeviceRows& rows = shared_.rows;
+  TANDEM_CHECK(job == nullptr || (shared_.scatter != nullptr && shared_.geo.window > 0),
+               "deferred stores need a device window and device-side copies");
+  DeviceRows& rows = job != nullptr ? *shared_.scatter : shared_.rows;
+  // A job records the mirror's rows (hgca's host side of the device blocks) for later.
+  const bool mirror = job != nullptr && shared_.rows.host_side();
   TANDEM_CHECK(
       (src.k != nullptr && src.v != nullptr) || (!rows.reads_host_rows() && shared_.geo.window > 0),
       "KV rows needed on the host");
+  // Row i's MAW values: maw's i-th Hkv floats, or the zeros.
+  const int64_t maw_stride = maw == nullptr ? 0 : shared_.shape.n_head_kv;
   if (maw == nullptr) maw = zero_maw_.data();
   BlockPool& device = shared_.blocks.device;
+  auto put = [&](int32_t id, int32_t slot, int64_t i) {
+    const float* m = maw + (i - i0) * maw_stride;
+    rows.put(id, slot, src, i, m);
+    if (mirror) job->puts.push_back(LayerJob::Put{this, id, slot, i, m});
+  };
   for (int64_t i = i0; i < i0 + n; ++i) {
     const int32_t pos = length_ + static_cast<int32_t>(i - i0);
     if (pos < shared_.geo.sinks) {
@@ -131,28 +165,27 @@ void HybridKv::store(int32_t layer, const RowSource& src, int64_t i0, int64_t n,
         l.sink = device.alloc();
         TANDEM_REQUIRE(l.sink >= 0, kOutOfMemory, "device KV pool exhausted");
       }
-      rows.put(l.sink, pos, src, i, maw);
+      put(l.sink, pos, i);
       continue;
     }
     if (shared_.geo.window == 0) {
-      append_host_row(l, src.k + i * row, src.v + i * row, maw);
+      append_host_row(l, src.k + i * row, src.v + i * row, maw + (i - i0) * maw_stride);
       continue;
     }
-    if (l.window_tokens + 1 > shared_.geo.window) evict_oldest(l);  // flushes the rows first
+    if (l.window_tokens + 1 > shared_.geo.window) evict_oldest(l, job);  // flushes the rows first
     if (l.window_tokens == static_cast<int32_t>(l.window.size()) * b) {
       const int32_t id = device.alloc();
       TANDEM_REQUIRE(id >= 0, kOutOfMemory, "device KV pool exhausted");
       l.window.push_back(id);
     }
     const int32_t slot = l.window_tokens - (static_cast<int32_t>(l.window.size()) - 1) * b;
-    rows.put(l.window.back(), slot, src, i, maw);
+    put(l.window.back(), slot, i);
     ++l.window_tokens;
   }
 }
 
-void HybridKv::update_maw(int32_t layer, const float* q, const float* lse, const float* k_new,
-                          float* new_maw) {
-  const LayerTable& l = layers_[static_cast<size_t>(layer)];
+void HybridKv::update_maw(const LayerSpans& at, const float* q, const float* lse,
+                          const float* k_new, float* new_maw) {
   const KvShape& sh = shared_.shape;
   const int32_t G = sh.n_head_q / sh.n_head_kv, d = sh.head_dim, hkv = sh.n_head_kv;
   const BlockAccess& bk = shared_.blocks;
@@ -164,16 +197,14 @@ void HybridKv::update_maw(int32_t layer, const float* q, const float* lse, const
     cpu::maw_update_rows(bk.mirror_k(id), bk.layout.dtype, rows, hkv, G, d, q_scaled_.data(), lse,
                          alpha, bk.dev_maw(id));
   };
-  const int32_t n_sink = std::min(length_, shared_.geo.sinks);
-  if (n_sink > 0) update_block(l.sink, n_sink);
+  if (at.sink_rows > 0) update_block(at.sink, at.sink_rows);
   // The window's blocks are independent (each writes its own MAW values): spread over the
-  // cores, since this runs on the thread that drives the device, between its attention and the
-  // merge.
-  const int64_t nw = static_cast<int64_t>(l.window.size());
+  // cores (on the thread that drives the device, or in a host job).
+  const int64_t nw = static_cast<int64_t>(at.window.size());
   tbb::parallel_for(int64_t{0}, nw, [&](int64_t i) {
-    update_block(l.window[static_cast<size_t>(i)],
+    update_block(at.window[static_cast<size_t>(i)],
                  i + 1 < nw ? shared_.geo.block
-                            : l.window_tokens - static_cast<int32_t>(i) * shared_.geo.block);
+                            : at.window_tokens - static_cast<int32_t>(i) * shared_.geo.block);
   });
   // The new token's first observation is its MAW.
   for (int32_t g = 0; g < hkv; ++g)
@@ -230,7 +261,8 @@ void HybridKv::import_kv(Backend& be, int32_t layer, const float* k, const float
                  " tokens into a sequence of ", length_, " exceeds its KV capacity of ", capacity_);
   TANDEM_CHECK(layer >= 0 && layer < shared_.shape.n_layer, "layer ", layer);
   TANDEM_CHECK(!shared_.runner->in_step(), "import during a step");
-  (void)be;  // rows go through the store's row strategy (the store's backend)
+  shared_.runner->reap();  // host jobs of the last step may still write this sequence's blocks
+  (void)be;                // rows go through the store's row strategy (the store's backend)
   RowSource src;
   src.k = k;
   src.v = v;

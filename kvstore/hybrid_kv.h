@@ -19,6 +19,34 @@
 namespace tandem {
 
 class HybridRunner;
+class HybridKv;
+struct LayerSpans;
+
+// The host side of one layer's stores in a step whose host-side byte work waits for the device
+// (a decode step on a device backend): store records it, a host job runs it once the device has
+// copied what it reads into pinned memory (kvstore/hybrid_jobs.cpp), so no host thread waits
+// for the device within the step. The device side (new rows into device blocks) is a scatter
+// on the device, as ever.
+struct LayerJob {
+  struct Move {  // a window block's rows into a new host block
+    HybridKv* kv;
+    int32_t dev_id, host_id;
+    int64_t staged = -1;  // slot of the eviction staging the device copies it into; -1: the
+                          // host side of the block (its mirror)
+  };
+  struct Put {  // a new row into the host side (mirror) of a device block
+    HybridKv* kv;
+    int32_t dev_id, slot;
+    int64_t row;       // row of the step: the staged k and v
+    const float* maw;  // its MAW values (Hkv), written by the job before the puts
+  };
+  std::vector<Move> moves;
+  std::vector<Put> puts;
+  void clear() {
+    moves.clear();
+    puts.clear();
+  }
+};
 
 // Backend memory that an exact prefill on a device backend uploads a layer's host blocks into,
 // one after the other, to attend them in one paged call; grows to the largest host part seen.
@@ -36,6 +64,9 @@ struct HybridShared {
   TableGeometry geo;
   BlockAccess blocks;
   DeviceRows& rows;
+  // Device-side copies of a step's rows into the device blocks (a decode step on a device
+  // backend: the same object as rows for device-only pools); null on a host-accessible backend.
+  DeviceRows* scatter = nullptr;
   HostAttention& host_attn;
   HostSpanStaging& staging;
   HybridRunner* runner = nullptr;  // set by the store once built
@@ -72,12 +103,20 @@ class HybridKv final : public SequenceKv {
   // ---- one layer of a step (called by the batch step) ----
   // Rows [i0, i0 + n) of src become this sequence's tokens length() .. length()+n-1 of the layer
   // (the window's oldest block moving to the host when full); maw: their MAW values, Hkv floats
-  // for every row (null: 0).
-  void store(int32_t layer, const RowSource& src, int64_t i0, int64_t n, const float* maw);
+  // for every row (null: 0). With a job, the tables change now, the device rows go by the
+  // scatter strategy, and the host-side bytes (block moves, mirror rows) are recorded in the job
+  // (maw is then read when it runs).
+  void store(int32_t layer, const RowSource& src, int64_t i0, int64_t n, const float* maw,
+             LayerJob* job = nullptr);
   // The decode query q [Hq, d] (host) with its device partial's lse [Hq] updates the MAW of every
-  // device token of the layer; new_maw [Hkv] receives the new token's own, from k_new [Hkv, d].
-  void update_maw(int32_t layer, const float* q, const float* lse, const float* k_new,
+  // device token of a layer as the step found it (at: the plan's spans, so that it may run after
+  // the step's store changed the table); new_maw [Hkv] receives the new token's own, from
+  // k_new [Hkv, d].
+  void update_maw(const LayerSpans& at, const float* q, const float* lse, const float* k_new,
                   float* new_maw);
+  // A block's b rows (k, v: device layout [b, Hkv, d] bytes; maw [b, Hkv] or null: 0) into the
+  // empty host block host_id: transposed to the host layout, with the digest.
+  void move_rows(int32_t host_id, const uint8_t* k, const uint8_t* v, const float* maw);
   // The last queries of a prompt chunk (q [n, Hq, d], lse [n, Hq], host) seed the MAW of every
   // token of the layer, the chunk's included (call after store).
   void observe_prompt(int32_t layer, const float* q, const float* lse, int64_t n);
@@ -85,7 +124,10 @@ class HybridKv final : public SequenceKv {
  private:
   void append_host_row(LayerTable& l, const float* k_row_heads, const float* v_row_heads,
                        const float* maw_heads);
-  void evict_oldest(LayerTable& l);
+  void write_host_row(int32_t id, int32_t slot, const float* k_row_heads, const float* v_row_heads,
+                      const float* maw_heads);
+  int32_t new_host_block(LayerTable& l);
+  void evict_oldest(LayerTable& l, LayerJob* job);
 
   HybridShared& shared_;
   int32_t capacity_;

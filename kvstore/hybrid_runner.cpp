@@ -49,12 +49,15 @@ StepPlan plan_hybrid(const HybridShared& shared, int64_t device_free,
 }
 
 HybridRunner::HybridRunner(HybridShared& shared)
-    : sh_(shared), slots_(static_cast<size_t>(shared.shape.n_layer)) {
-  flags_ = Buffer::host(sh_.backend, DType::kI32, {2, sh_.shape.n_layer});
-  std::fill_n(flags_.as<int32_t>(), 2 * sh_.shape.n_layer, 0);
+    : sh_(shared),
+      slots_(static_cast<size_t>(shared.shape.n_layer)),
+      jobs_(static_cast<size_t>(shared.shape.n_layer)) {
+  flags_ = Buffer::host(sh_.backend, DType::kI32, {3, sh_.shape.n_layer});
+  std::fill_n(flags_.as<int32_t>(), 3 * sh_.shape.n_layer, 0);
 }
 
 HybridRunner::~HybridRunner() {
+  cancel_jobs();
   for (Slot& s : slots_)
     for (const auto& t : {s.ticket, s.merged}) {
       if (!t) continue;
@@ -67,12 +70,15 @@ HybridRunner::~HybridRunner() {
 }
 
 void HybridRunner::reap() {
-  for (Slot& s : slots_) {
+  for (size_t l = 0; l < slots_.size(); ++l) {
+    Slot& s = slots_[l];
     if (!s.merged) continue;
     const HostAttention::Ticket t = *s.merged;
     s.merged.reset();
     sh_.host_attn.wait(t);
+    account(static_cast<int32_t>(l));
   }
+  reap_jobs();
 }
 
 std::unique_ptr<KvStep> HybridRunner::begin(std::span<const StepRows> rows) {
@@ -118,6 +124,17 @@ void HybridRunner::start(std::span<const StepRows> rows) {
     }
   }
   ensure_rows(rows_);
+  // A decode-only step on a device backend leaves the host side of its stores (block moves to
+  // the host tier, hgca's MAW update and mirror rows) to host jobs behind the device's copies:
+  // no host thread waits for the device within the step. Other steps do it in place.
+  defer_ = sh_.scatter != nullptr && sh_.geo.window > 0 && !seqs_.empty();
+  int64_t evictions = 0;
+  for (size_t i = 0; i < seqs_.size(); ++i) {
+    defer_ = defer_ && seqs_[i].decode;
+    evictions += int64_t{plan_.seqs[i].evictions} * sh_.shape.n_layer;
+  }
+  if (defer_) ensure_stage(evictions);
+  evict_used_ = 0;
   ahead_lo_ = rows_;
   ahead_hi_ = 0;
   oracle_ = sh_.cfg.cpu_attn == CpuAttnMode::kAheadOracle;
@@ -139,6 +156,7 @@ void HybridRunner::finish() {
 }
 
 void HybridRunner::abort() noexcept {
+  cancel_jobs();
   for (Slot& s : slots_) {
     if (!s.ticket) continue;
     const HostAttention::Ticket t = *s.ticket;
@@ -154,6 +172,10 @@ void HybridRunner::abort() noexcept {
   active_ = false;
 }
 
+bool HybridRunner::reads_query(const Backend& be) const {
+  return be.host_accessible() || (sh_.geo.window == 0 && sh_.cfg.sparse == SparsePolicy::kTopk);
+}
+
 bool HybridRunner::host_async(const Seq& s, int32_t layer) const {
   return s.decode && s.kv->table(layer).host_tokens > 0;
 }
@@ -164,10 +186,16 @@ void HybridRunner::ensure_rows(int64_t rows) {
   const int64_t cap = std::max(rows, cap_rows_ * 3 / 2);
   const int64_t qd = int64_t{sh_.shape.n_head_q} * sh_.shape.head_dim;
   const int64_t part = qd + sh_.shape.n_head_q;
+  const int64_t kvd = int64_t{sh_.shape.n_head_kv} * sh_.shape.head_dim;
   queries_ = Buffer();
   partials_ = Buffer();
   queries_ = Buffer::host(sh_.backend, DType::kF32, {sh_.shape.n_layer, cap * qd});
   partials_ = Buffer::host(sh_.backend, DType::kF32, {sh_.shape.n_layer, cap * part});
+  if (sh_.scatter != nullptr && sh_.rows.host_side()) {  // hgca's jobs read the rows
+    rows_stage_ = Buffer();
+    rows_stage_ =
+        Buffer::host(sh_.backend, DType::kF32, {sh_.shape.n_layer, cap * (part + 2 * kvd)});
+  }
   cap_rows_ = cap;
 }
 
@@ -187,6 +215,11 @@ AttnPartial HybridRunner::layer_partial(int32_t layer, int64_t rows) const {
 
 TensorView HybridRunner::query_flag(int32_t layer) const {
   return TensorView(flags_.as<int32_t>() + layer, DType::kI32, {1}, flags_.view().memory);
+}
+
+TensorView HybridRunner::job_flag(int32_t layer) const {
+  return TensorView(flags_.as<int32_t>() + 2 * sh_.shape.n_layer + layer, DType::kI32, {1},
+                    flags_.view().memory);
 }
 
 TensorView HybridRunner::partial_flag(int32_t layer) const {
@@ -210,10 +243,9 @@ void HybridRunner::prefetch(Backend& be, int32_t layer, const TensorView& q, int
   bool any = false;
   for (const Seq& s : seqs_) any |= host_async(s, layer);
   if (!any) return;
-  // The host reads the query only where the selection needs it (or reading it costs nothing);
+  // The host reads the query only where reading it costs nothing or the selection runs here;
   // otherwise the backend hands it to the workers, and this thread goes on.
-  const bool read = sh_.cfg.sparse == SparsePolicy::kTopk || be.host_accessible();
-  submit(be, layer, q, row0, read ? host_readable(be, q, q_stage_) : nullptr);
+  submit(be, layer, q, row0, reads_query(be) ? host_readable(be, q, q_stage_) : nullptr);
 }
 
 }  // namespace tandem

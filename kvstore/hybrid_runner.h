@@ -50,11 +50,18 @@ class HybridRunner final : public KvStepRunner {
     int32_t n;
     bool decode, observe;
   };
+  struct Pick {       // what one item's selection reads
+    size_t seq;       // index in seqs_ (and plan_.seqs)
+    int32_t g;        // KV head
+    float threshold;  // hgca's, from the device token count before the step's store
+  };
   struct Slot {                                   // one layer's host work
     std::optional<HostAttention::Ticket> ticket;  // submitted this step, merge not queued yet
     // Merged on a backend that did not wait on the host: reaped at the next step.
     std::optional<HostAttention::Ticket> merged;
     uint32_t submitted = 0;                       // batches so far: the values its flags reach
+    std::vector<Pick> picks;                      // per item; cleared once accounted
+    std::vector<int64_t> picked;                  // per item: rows selected
     std::vector<std::vector<HostBlockRef>> refs;  // per item
     std::vector<std::vector<int32_t>> idx;        // per item: hgca's selected rows
   };
@@ -62,6 +69,8 @@ class HybridRunner final : public KvStepRunner {
   void start(std::span<const StepRows> rows);
   void finish();
   void abort() noexcept;  // a step that failed: host work cancelled and waited for
+  // Whether the host reads the query to submit a layer (in place, or to select on this thread).
+  bool reads_query(const Backend& be) const;
   // Whether sequence s has host work in a decode step of this layer.
   bool host_async(const Seq& s, int32_t layer) const;
   void prefetch(Backend& be, int32_t layer, const TensorView& q, int64_t row0);
@@ -71,6 +80,10 @@ class HybridRunner final : public KvStepRunner {
   // [row0, row0 + q.dim(0)) of the batch (backend memory); qh the same rows on the host, or null
   // to have the backend hand them to the workers.
   void submit(Backend& be, int32_t layer, const TensorView& q, int64_t row0, const float* qh);
+  // Each item's selection (its blocks) by the policy, from the plan's snapshot of the layer.
+  void pick(int32_t layer, Slot& slot, std::span<HostAttnItem> items);
+  // The rows a layer's batch selected, into the sequences' stats and the plan (batch done).
+  void account(int32_t layer);
   // Every sequence's device partial (sinks, window pages, own tokens) into out.
   void device_partials(Backend& be, int32_t layer, const TensorView& q, const TensorView& k,
                        const TensorView& v, const TensorView& q_pos, const AttnPartial& out);
@@ -78,11 +91,32 @@ class HybridRunner final : public KvStepRunner {
   void host_partial_dense(Backend& be, const Seq& s, int32_t layer, const TensorView& q,
                           const TensorView& q_pos, const AttnPartial& out);
   void merge_host(Backend& be, int32_t layer, const AttnPartial& out);
+
+  // ---- host jobs (kvstore/hybrid_jobs.cpp): a deferred step's host-side store work ----
+  // Whether this step's host-side store work waits for the device in jobs: a decode-only step
+  // on a device backend with a device window.
+  bool defers() const { return defer_; }
+  // q, the device partial's lse (before the merge), k and v of a layer's rows into pinned
+  // memory, for hgca's job (the MAW update and the mirror's rows).
+  void stage_rows(Backend& be, int32_t layer, const TensorView& q, const TensorView& k,
+                  const TensorView& v, const TensorView& lse);
+  // The device copies each block the layer's stores evict from a device-only pool into pinned
+  // memory (before the rows scattered into freed blocks overwrite it).
+  void stage_moves(Backend& be, LayerJob& job);
+  // Raises the layer's job flag behind the device's copies and submits the job after the
+  // previous one (jobs run in order: a block freed by one may be reused by the next).
+  void launch_job(Backend& be, int32_t layer);
+  void run_job(int32_t layer);
+  void reap_jobs();
+  void cancel_jobs() noexcept;
+  void ensure_stage(int64_t evictions);
   // allocate_host views of a layer: queries [rows, Hq, d], partial o [rows, Hq, d], lse [rows, Hq].
   float* layer_q(int32_t layer) const;
   AttnPartial layer_partial(int32_t layer, int64_t rows) const;
   TensorView query_flag(int32_t layer) const;
   TensorView partial_flag(int32_t layer) const;
+  TensorView job_flag(int32_t layer) const;
+  float* stage_of(int32_t layer) const;  // [q rows, Hq, d | lse rows, Hq | k rows | v rows]
   void ensure_rows(int64_t rows);
   AttnPartial scratch(int64_t n);
 
@@ -96,8 +130,20 @@ class HybridRunner final : public KvStepRunner {
   bool oracle_ = false;
   int64_t cap_rows_ = 0;       // rows the host buffers hold per layer
   Buffer queries_, partials_;  // allocate_host
-  Buffer flags_;               // i32 [2, n_layer]: per layer the query's, the partial's
-  Buffer tmp_o_, tmp_lse_;     // one span's partial (backend memory)
+  Buffer flags_;               // i32 [3, n_layer]: per layer the query's, the partial's, the job's
+  bool defer_ = false;
+  struct JobSlot {           // one layer's job
+    LayerJob work;           // recorded by this step's stores
+    std::vector<float> maw;  // per sequence: the new token's MAW values [Hkv]
+    uint32_t raised = 0;     // jobs so far: the value its flag reaches
+  };
+  std::vector<JobSlot> jobs_;                       // per layer
+  std::vector<HostAttention::Ticket> job_tickets_;  // in flight, oldest first
+  uint64_t last_job_ = 0;                           // ticket id of the newest job
+  Buffer rows_stage_;                               // allocate_host: stage_of, per layer
+  Buffer evict_stage_;                              // allocate_host: evicted blocks' K and V
+  int64_t evict_slots_ = 0, evict_used_ = 0;
+  Buffer tmp_o_, tmp_lse_;  // one span's partial (backend memory)
   int64_t tmp_rows_ = 0;
   std::vector<float> q_stage_, k_stage_, v_stage_, lse_stage_, new_maw_;
   std::vector<int64_t> page_offsets_;

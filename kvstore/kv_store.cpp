@@ -80,8 +80,19 @@ KvStore::KvStore(Backend& backend, const KvShape& shape, const KvConfig& cfg, in
       std::make_unique<HostAttention>(cfg_.cpu_threads, shape.head_dim, shape.scale, cfg_.kv_dtype);
   const BlockAccess blocks{*device_, *host_, layout};
   rows_ = DeviceRows::make(backend_, blocks);
+  // A device backend's decode steps put their rows by device copies (kvstore/hybrid_jobs.cpp):
+  // the row strategy itself on a device-only pool, a second one beside a mirror.
+  DeviceRows* scatter = nullptr;
+  if (!backend_.host_accessible()) {
+    if (!rows_->host_side()) {
+      scatter = rows_.get();
+    } else {
+      scatter_ = DeviceRows::make_scatter(backend_, blocks);
+      scatter = scatter_.get();
+    }
+  }
   shared_.reset(new HybridShared{backend_, shape_, cfg_, TableGeometry(cfg_), blocks, *rows_,
-                                 *host_attn_, staging_});
+                                 scatter, *host_attn_, staging_});
   runner_ = std::make_unique<HybridRunner>(*shared_);
   shared_->runner = runner_.get();
 }

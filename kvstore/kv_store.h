@@ -43,7 +43,7 @@ class KvStore final : public KvPlanner {
   KvConfig cfg_;
   std::unique_ptr<BlockPool> device_, host_;
   std::unique_ptr<HostAttention> host_attn_;
-  std::unique_ptr<DeviceRows> rows_;
+  std::unique_ptr<DeviceRows> rows_, scatter_;
   HostSpanStaging staging_;
   std::unique_ptr<HybridShared> shared_;
   std::unique_ptr<HybridRunner> runner_;

@@ -48,7 +48,7 @@ void digest_add(float* kmin, float* kmax, const float* k, int32_t d) {
 }
 
 HostBlockRef HostHead::ref(int32_t j) const {
-  const int32_t id = table.host[static_cast<size_t>(j)];
+  const int32_t id = host[static_cast<size_t>(j)];
   const int64_t off =
       int64_t{g} * blocks.layout.tokens * blocks.layout.head_dim * dtype_size(blocks.layout.dtype);
   HostBlockRef r;
@@ -59,7 +59,7 @@ HostBlockRef HostHead::ref(int32_t j) const {
 }
 
 int32_t HostHead::rows_of(int32_t j) const {
-  return std::min(blocks.layout.tokens, table.host_tokens - j * blocks.layout.tokens);
+  return std::min(blocks.layout.tokens, host_tokens - j * blocks.layout.tokens);
 }
 
 int64_t select_full(const HostHead& h, std::vector<HostBlockRef>& refs) {
@@ -74,7 +74,7 @@ int64_t select_topk(const HostHead& h, const float* qg, int32_t G, int32_t k,
   thread_local std::vector<float> bounds;
   bounds.resize(static_cast<size_t>(h.count()));
   for (int32_t j = 0; j < h.count(); ++j) {
-    const int32_t id = h.table.host[static_cast<size_t>(j)];
+    const int32_t id = h.host[static_cast<size_t>(j)];
     bounds[static_cast<size_t>(j)] =
         quest_bound(qg, G, d, h.blocks.host_kmin(id) + int64_t{h.g} * d,
                     h.blocks.host_kmax(id) + int64_t{h.g} * d);
@@ -90,7 +90,7 @@ int64_t select_hgca(const HostHead& h, float threshold, std::vector<HostBlockRef
   thread_local std::vector<std::pair<int32_t, int32_t>> spans;  // (start in idx, count) per block
   spans.clear();
   for (int32_t j = 0; j < h.count(); ++j) {
-    const float* maw = h.blocks.host_maw(h.table.host[static_cast<size_t>(j)]) + int64_t{h.g} * b;
+    const float* maw = h.blocks.host_maw(h.host[static_cast<size_t>(j)]) + int64_t{h.g} * b;
     const int32_t first = static_cast<int32_t>(idx.size());
     spans.emplace_back(first, select_above(maw, h.rows_of(j), threshold, idx));
   }

@@ -30,15 +30,17 @@ inline float maw_step(float maw, float p, float alpha) { return (1.0f - alpha) *
 // Widens a block digest [kmin, kmax] (d channels) by one key row.
 void digest_add(float* kmin, float* kmax, const float* k, int32_t d);
 
-// The host blocks of one (sequence, layer) and the KV head g a policy selects for.
+// The host blocks of one (sequence, layer) and the KV head g a policy selects for: block ids
+// oldest first, holding host_tokens rows (every block full but the last).
 struct HostHead {
-  const LayerTable& table;
+  std::span<const int32_t> host;
+  int32_t host_tokens = 0;
   const BlockAccess& blocks;
   int32_t g = 0;
   // Block j's reference: all its rows of head g.
   HostBlockRef ref(int32_t j) const;
   int32_t rows_of(int32_t j) const;
-  int32_t count() const { return static_cast<int32_t>(table.host.size()); }
+  int32_t count() const { return static_cast<int32_t>(host.size()); }
 };
 
 // The policies: append to refs (and idx, which refs point into; not grown afterwards) what head

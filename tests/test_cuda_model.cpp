@@ -152,10 +152,10 @@ LogitRows run_counted(Model& model, const KvConfig& cfg, const ReferenceLogits& 
 TEST_CASE("hybrid decode on the CUDA backend: the GPU waits for the host partials on a flag",
           "[cuda][model][flag]") {
   // The merge of each layer's host partial is queued behind a wait for the flag the CPU workers
-  // raise, so the host thread queues the whole step without waiting for them; where the host
-  // does not read the query (full; hgca's predicted queries), the GPU writes it into mapped
-  // memory and raises the flag the workers start on, so the host does not wait for the GPU
-  // either. The logits equal the CPU backend's.
+  // raise, so the host thread queues the whole step without waiting for them; the GPU writes
+  // the queries into mapped memory and raises the flag the workers start on, and the host side
+  // of the stores (evictions, hgca's MAW update) runs in host jobs behind flags too, so the host
+  // does not wait for the GPU either. The logits equal the CPU backend's.
   auto cpu = make_cpu_backend();
   auto gpu = make_cuda_backend();
   const ReferenceLogits ref = ReferenceLogits::load("llama-tiny");
@@ -174,22 +174,20 @@ TEST_CASE("hybrid decode on the CUDA backend: the GPU waits for the host partial
         INFO("worst relative logit error " << err);
         CHECK(err < kTolF32);
         if (!cuda_is_emulated()) continue;  // the counts below are the emulator's
-        // The query goes to the workers through the device unless the host reads it anyway:
-        // topk selects blocks with it, hgca's MAW update reads the true query of each layer (so
-        // only ahead mode's predicted queries, for layers 1.., are handed over).
-        const int64_t raises = p == SparsePolicy::kFull                               ? n_layer
-                               : p == SparsePolicy::kHgca && m == CpuAttnMode::kAhead ? n_layer - 1
-                                                                                      : 0;
+        // Every decode step is decode-only: the host reads nothing of the device but the logits
+        // within it. The device hands each layer's query to the workers (one flag raise per
+        // layer) and, for the layer's host job, what it reads: hgca's rows every step (one more
+        // raise per layer), or an evicted block under full and topk (one per evicting layer).
         for (size_t i = 0; i < counts.size(); ++i) {
           const StepCounts& c = counts[i];
           INFO("decode step " << i << ": " << c.host_syncs << " host syncs, " << c.waits
                               << " flag waits, " << c.raises << " flag raises, " << c.evicted
                               << " blocks evicted");
           CHECK(c.waits == n_layer);  // every layer has host tokens: one wait each
-          CHECK(c.raises == raises);
-          // Full reads nothing back but the logits (a download into pageable memory: the copy
-          // and the stream wait) and, per evicted block, its K and V (no host mirror under full).
-          if (p == SparsePolicy::kFull) CHECK(c.host_syncs == 2 + 4 * c.evicted);
+          const int64_t jobs = p == SparsePolicy::kHgca ? n_layer : c.evicted;
+          CHECK(c.raises == n_layer + jobs);
+          // The logits are read back into pageable memory: the copy and the stream wait.
+          CHECK(c.host_syncs == 2);
         }
       }
     }

@@ -152,16 +152,14 @@ TEST_CASE("forward on the fake device equals the CPU backend bit for bit", "[pla
           // their host partials in place from pinned memory.
           const bool host_part = !c.cfg.dense && c.cfg.window < 64;
           CHECK((dev.pinned_merges() > pinned) == host_part);
-          // Each of those merges waits for its partial's host flag; where the host does not read
-          // the query itself (full; hgca's predicted queries), the device hands it over in
-          // pinned memory and raises the query's flag.
+          // Each of those merges waits for its partial's host flag. The device hands the workers
+          // their queries in pinned memory (the host reads them only on a host-accessible
+          // backend, or to select under window 0 with topk) and, in decode-only steps, what the
+          // layer's host job reads (evicted blocks, hgca's rows): each hand-over is pinned copies
+          // followed by one flag raise.
           CHECK(dev.flag_waits() - waits == dev.pinned_merges() - pinned);
-          const bool handed_over =
-              host_part &&
-              (c.cfg.sparse == SparsePolicy::kFull ||
-               (c.cfg.sparse == SparsePolicy::kHgca && c.cfg.cpu_attn == CpuAttnMode::kAhead));
-          CHECK((dev.flag_raises() > raises) == handed_over);
-          CHECK(dev.flag_raises() - raises == dev.pinned_copies() - qcopies);
+          CHECK((dev.flag_raises() > raises) == host_part);
+          CHECK(dev.pinned_copies() - qcopies >= dev.flag_raises() - raises);
           CHECK(bit_equal(got, want));
         }
       }

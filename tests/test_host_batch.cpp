@@ -2,11 +2,17 @@
 // the same bits whether it is submitted alone or with many others (the hybrid store submits one
 // batch per layer for all its sequences, so a sequence's result must not depend on the others).
 #include <catch2/catch.hpp>
+#include <chrono>
+#include <cmath>
 #include <cstring>
+#include <limits>
+#include <mutex>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "cpu_attn/host_attention.h"
+#include "kernels/common.h"
 
 using namespace tandem;
 
@@ -45,4 +51,72 @@ TEST_CASE("an item's host partial does not depend on the rest of the batch", "[c
       CHECK(std::memcmp(with.data(), alone.data(), alone.size() * sizeof(float)) == 0);
     }
   }
+}
+
+TEST_CASE("a prepare picks the blocks once the start flag is up; `after` orders batches",
+          "[cpu_attn][prepare]") {
+  const int32_t d = 32, G = 2, rows = 500;
+  std::mt19937 rng(5);
+  std::normal_distribution<float> nd;
+  std::vector<float> k(size_t{rows} * d), v(k.size()), q(size_t{G} * d);
+  for (auto* x : {&k, &v, &q})
+    for (float& e : *x) e = nd(rng);
+  const std::vector<HostBlockRef> blocks = {
+      HostBlockRef{k.data(), v.data(), 200},
+      HostBlockRef{k.data() + 200 * d, v.data() + 200 * d, 300}};
+  HostAttention ha(2, d, 0.2f, DType::kF32);
+  std::vector<float> want_o(size_t{G} * d), want_lse(G);
+  ha.wait(ha.submit({HostAttnItem{q.data(), G, want_o.data(), want_lse.data(), blocks}}));
+
+  // The query lands after the submit (as a device writes it); the prepare reads it to pick the
+  // blocks, so it must run after the flag and before the split.
+  std::vector<float> qbuf(q.size(), std::numeric_limits<float>::quiet_NaN()), o(want_o.size()),
+      lse(G);
+  uint32_t flag = 0;
+  std::vector<HostBlockRef> picked;
+  bool saw_query = false;
+  const auto t = ha.submit({HostAttnItem{qbuf.data(), G, o.data(), lse.data(), {}}}, {},
+                           HostAttnStart{&flag, 1}, [&](std::span<HostAttnItem> items) {
+                             saw_query = !std::isnan(items[0].q[0]);
+                             picked = blocks;
+                             items[0].blocks = picked;
+                           });
+  std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  CHECK_FALSE(ha.ready(t));
+  std::copy(q.begin(), q.end(), qbuf.begin());
+  __atomic_store_n(&flag, 1u, __ATOMIC_RELEASE);
+  ha.wait(t);
+  CHECK(saw_query);
+  CHECK(std::memcmp(o.data(), want_o.data(), o.size() * sizeof(float)) == 0);
+  CHECK(std::memcmp(lse.data(), want_lse.data(), lse.size() * sizeof(float)) == 0);
+
+  // A batch of no items is a host job behind a flag; `after` holds the next one until it is done.
+  std::vector<int> order;
+  std::mutex mu;
+  uint32_t flag2 = 0;
+  const auto first = ha.submit({}, {}, HostAttnStart{&flag2, 1}, [&](std::span<HostAttnItem>) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    std::lock_guard<std::mutex> l(mu);
+    order.push_back(1);
+  });
+  const auto second =
+      ha.submit({}, {}, HostAttnStart{nullptr, 0, first.id}, [&](std::span<HostAttnItem>) {
+        std::lock_guard<std::mutex> l(mu);
+        order.push_back(2);
+      });
+  std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  CHECK_FALSE(ha.ready(second));  // its predecessor has not started
+  __atomic_store_n(&flag2, 1u, __ATOMIC_RELEASE);
+  ha.wait(second);
+  ha.wait(first);
+  CHECK(order == std::vector<int>{1, 2});
+
+  // A prepare that throws fails its batch: NaN outputs, the error at wait.
+  std::vector<float> o3(want_o.size(), 0.0f), l3(G, 0.0f);
+  const auto bad = ha.submit(
+      {HostAttnItem{q.data(), G, o3.data(), l3.data(), {}}}, {}, {},
+      [](std::span<HostAttnItem>) { throw Error(ErrorKind::kInternal, "no blocks today"); });
+  CHECK_THROWS_WITH(ha.wait(bad), Catch::Contains("no blocks today"));
+  CHECK(std::isnan(o3[0]));
+  CHECK(std::isnan(l3[0]));
 }

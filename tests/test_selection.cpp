@@ -55,7 +55,7 @@ TEST_CASE("full selects every host entry in order", "[selection]") {
   HostBlocksFixture f(29);  // 3 full blocks and a partial one
   for (int32_t g = 0; g < f.kHkv; ++g) {
     std::vector<HostBlockRef> refs;
-    CHECK(select_full(HostHead{f.table, f.blocks, g}, refs) == 29);
+    CHECK(select_full(HostHead{f.table.host, f.table.host_tokens, f.blocks, g}, refs) == 29);
     REQUIRE(refs.size() == 4);
     for (size_t j = 0; j < refs.size(); ++j) {
       CHECK(refs[j].k == f.key(f.table.host[j], g, 0));
@@ -106,7 +106,8 @@ TEST_CASE("topk selects the blocks of largest Quest bound, which bounds every sc
           want.push_back(bounds[j].second);
         std::sort(want.begin(), want.end());
         std::vector<HostBlockRef> refs;
-        const int64_t rows = select_topk(HostHead{f.table, f.blocks, g}, q.data(), f.kG, k, refs);
+        const int64_t rows = select_topk(HostHead{f.table.host, f.table.host_tokens, f.blocks, g},
+                                         q.data(), f.kG, k, refs);
         std::vector<int32_t> got;
         int64_t want_rows = 0;
         for (const HostBlockRef& r : refs)
@@ -129,7 +130,8 @@ TEST_CASE("hgca selects exactly the entries above the threshold", "[selection]")
             want.emplace_back(static_cast<int32_t>(j), t);
       std::vector<HostBlockRef> refs;
       std::vector<int32_t> idx;
-      const int64_t rows = select_hgca(HostHead{f.table, f.blocks, g}, threshold, refs, idx);
+      const int64_t rows = select_hgca(HostHead{f.table.host, f.table.host_tokens, f.blocks, g},
+                                       threshold, refs, idx);
       std::vector<std::pair<int32_t, int32_t>> got;
       for (const HostBlockRef& r : refs) {
         REQUIRE(r.idx != nullptr);

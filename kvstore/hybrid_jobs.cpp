@@ -1,0 +1,144 @@
+// Host jobs: the host side of a deferred step's stores (kvstore/hybrid_runner.h). In a
+// decode-only step on a device backend the host thread queues the whole step without reading
+// anything back: per layer the device copies what the host side needs into pinned memory (the
+// blocks a device-only pool evicts; under hgca the rows' q, k, v and the device partial's lse)
+// and raises the layer's job flag; a job on the host-attention workers then moves the evicted
+// blocks into their host blocks and, under hgca, updates the MAW values of the device tokens
+// and writes the new rows into the host mirror. The block tables changed when the step stored
+// (the plan of the next step sees them); the jobs run in order, each after the one before (a
+// block freed by one layer may be reused by the next), and the next step starts after all of
+// them (HybridRunner::reap), before anything reads a moved block.
+//
+// The arithmetic is the one the in-place path runs (HybridKv::update_maw, move_rows), in the
+// same order (MAW update, then moves, then new rows), so the results are the same bits.
+#include <algorithm>
+
+#include "kernels/cpu/simd.h"
+#include "kvstore/hybrid_runner.h"
+
+namespace tandem {
+
+float* HybridRunner::stage_of(int32_t layer) const {
+  const KvShape& sh = sh_.shape;
+  const int64_t per_row =
+      int64_t{sh.n_head_q} * (sh.head_dim + 1) + 2 * int64_t{sh.n_head_kv} * sh.head_dim;
+  return rows_stage_.as<float>() + int64_t{layer} * cap_rows_ * per_row;
+}
+
+void HybridRunner::ensure_stage(int64_t evictions) {
+  // Only device-only pools stage their evicted blocks (a mirror holds the others' bytes).
+  if (sh_.rows.host_side() || evictions <= evict_slots_) return;
+  const int64_t cap = std::max(evictions, evict_slots_ * 3 / 2);
+  evict_stage_ = Buffer();
+  evict_stage_ =
+      Buffer::host(sh_.backend, DType::kU8, {cap * 2 * sh_.blocks.layout.dev_kv_bytes()});
+  evict_slots_ = cap;
+}
+
+void HybridRunner::stage_rows(Backend& be, int32_t layer, const TensorView& q, const TensorView& k,
+                              const TensorView& v, const TensorView& lse) {
+  const KvShape& sh = sh_.shape;
+  const int64_t n = q.dim(0), qd = int64_t{sh.n_head_q} * sh.head_dim;
+  const int64_t kvd = int64_t{sh.n_head_kv} * sh.head_dim;
+  const MemoryKind mem = rows_stage_.view().memory;
+  float* st = stage_of(layer);
+  float* lse_at = st + cap_rows_ * qd;
+  float* k_at = lse_at + cap_rows_ * sh.n_head_q;
+  float* v_at = k_at + cap_rows_ * kvd;
+  be.copy(q.reshape({n, qd}), TensorView(st, DType::kF32, {n, qd}, mem));
+  be.copy(lse.reshape({n, sh.n_head_q}), TensorView(lse_at, DType::kF32, {n, sh.n_head_q}, mem));
+  be.copy(k.reshape({n, kvd}), TensorView(k_at, DType::kF32, {n, kvd}, mem));
+  be.copy(v.reshape({n, kvd}), TensorView(v_at, DType::kF32, {n, kvd}, mem));
+}
+
+void HybridRunner::stage_moves(Backend& be, LayerJob& job) {
+  if (sh_.rows.host_side()) return;  // moved from the mirror
+  const BlockLayout& lay = sh_.blocks.layout;
+  const int64_t elems = 2 * lay.dev_kv_bytes() / dtype_size(lay.dtype);  // K then V
+  for (LayerJob::Move& m : job.moves) {
+    TANDEM_CHECK(evict_used_ < evict_slots_, "eviction staging of ", evict_slots_,
+                 " blocks overflows: the plan counted fewer evictions");
+    m.staged = evict_used_++;
+    const TensorView src(sh_.blocks.device.data(m.dev_id), lay.dtype, {elems},
+                         sh_.blocks.device.memory());
+    be.copy(src, TensorView(evict_stage_.as<uint8_t>() + m.staged * 2 * lay.dev_kv_bytes(),
+                            lay.dtype, {elems}, evict_stage_.view().memory));
+  }
+}
+
+void HybridRunner::launch_job(Backend& be, int32_t layer) {
+  JobSlot& j = jobs_[static_cast<size_t>(layer)];
+  const uint32_t value = ++j.raised;
+  const TensorView flag = job_flag(layer);
+  be.raise_host_flag(flag, value);
+  const HostAttention::Ticket t = sh_.host_attn.submit(
+      {}, {}, HostAttnStart{static_cast<const uint32_t*>(flag.data), value, last_job_},
+      [this, layer](std::span<HostAttnItem>) { run_job(layer); });
+  job_tickets_.push_back(t);
+  last_job_ = t.id;
+}
+
+void HybridRunner::run_job(int32_t layer) {
+  JobSlot& j = jobs_[static_cast<size_t>(layer)];
+  const KvShape& sh = sh_.shape;
+  const BlockAccess& bk = sh_.blocks;
+  const int64_t qd = int64_t{sh.n_head_q} * sh.head_dim, kvd = bk.row_elems();
+  const float* st = rows_stage_.empty() ? nullptr : stage_of(layer);
+  const float* lse = st != nullptr ? st + cap_rows_ * qd : nullptr;
+  const float* k = lse != nullptr ? lse + cap_rows_ * sh.n_head_q : nullptr;
+  const float* v = k != nullptr ? k + cap_rows_ * kvd : nullptr;
+  if (sh_.cfg.sparse == SparsePolicy::kHgca) {
+    TANDEM_CHECK(st != nullptr, "hgca job without staged rows");
+    for (size_t i = 0; i < seqs_.size(); ++i) {
+      const Seq& s = seqs_[i];
+      s.kv->update_maw(plan_.seqs[i].layers[static_cast<size_t>(layer)], st + s.row0 * qd,
+                       lse + s.row0 * sh.n_head_q, k + s.row0 * kvd,
+                       j.maw.data() + i * static_cast<size_t>(sh.n_head_kv));
+    }
+  }
+  const int64_t kv_bytes = bk.layout.dev_kv_bytes();
+  for (const LayerJob::Move& m : j.work.moves) {
+    if (m.staged >= 0) {
+      const uint8_t* kb = evict_stage_.as<uint8_t>() + m.staged * 2 * kv_bytes;
+      m.kv->move_rows(m.host_id, kb, kb + kv_bytes, nullptr);
+    } else {
+      m.kv->move_rows(m.host_id, bk.mirror_k(m.dev_id), bk.mirror_v(m.dev_id),
+                      bk.dev_maw(m.dev_id));
+    }
+  }
+  for (const LayerJob::Put& p : j.work.puts) {
+    TANDEM_CHECK(k != nullptr, "mirror rows without staged rows");
+    const int64_t at = int64_t{p.slot} * bk.row_bytes();
+    cpu::row_from_f32(k + p.row * kvd, bk.mirror_k(p.dev_id) + at, bk.layout.dtype, kvd);
+    cpu::row_from_f32(v + p.row * kvd, bk.mirror_v(p.dev_id) + at, bk.layout.dtype, kvd);
+    std::copy_n(p.maw, sh.n_head_kv, bk.dev_maw(p.dev_id) + int64_t{p.slot} * sh.n_head_kv);
+  }
+}
+
+void HybridRunner::reap_jobs() {
+  // Oldest first; every ticket is waited for even when one failed (the first error is raised).
+  std::exception_ptr error;
+  for (const HostAttention::Ticket t : job_tickets_) {
+    try {
+      sh_.host_attn.wait(t);
+    } catch (...) {
+      if (!error) error = std::current_exception();
+    }
+  }
+  job_tickets_.clear();
+  if (error) std::rethrow_exception(error);
+}
+
+void HybridRunner::cancel_jobs() noexcept {
+  for (const HostAttention::Ticket t : job_tickets_) {
+    try {
+      // A job whose flag the device never raised (the step failed) is finished without running.
+      sh_.host_attn.cancel(t);
+      sh_.host_attn.wait(t);
+    } catch (...) {  // the step failed already
+    }
+  }
+  job_tickets_.clear();
+}
+
+}  // namespace tandem
