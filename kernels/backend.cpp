@@ -117,6 +117,19 @@ void Backend::scatter_rows(const TensorView& src, const TensorView& dst, const i
   }
 }
 
+void Backend::gather_rows(const TensorView& src, const int64_t* offsets, int64_t n,
+                          const TensorView& dst) {
+  const int64_t row = check_gather_rows(src, offsets, n, dst);
+  if (n == 0) return;
+  const int64_t es = dtype_size(src.dtype);
+  const TensorView rows = dst.reshape({n, row});
+  for (int64_t i = 0; i < n; ++i) {
+    const TensorView from(static_cast<char*>(src.data) + offsets[i] * es, src.dtype, {1, row},
+                          src.memory);
+    copy(from, rows.slice(i, i + 1));
+  }
+}
+
 namespace {
 
 void* memory_allocate(void* backend, int64_t bytes) {
@@ -213,6 +226,22 @@ int64_t check_scatter_rows(const TensorView& src, const TensorView& dst, const i
   for (size_t i = 1; i < sorted.size(); ++i)
     TANDEM_CHECK(sorted[i] >= sorted[i - 1] + row, "scatter_rows: rows at ", sorted[i - 1], " and ",
                  sorted[i], " overlap (", row, " elements each)");
+  return row;
+}
+
+int64_t check_gather_rows(const TensorView& src, const int64_t* offsets, int64_t n,
+                          const TensorView& dst) {
+  TANDEM_CHECK(
+      n >= 0 && src.contiguous() && dst.contiguous() && src.dtype == dst.dtype &&
+          (src.dtype == DType::kF32 || src.dtype == DType::kF16 || src.dtype == DType::kBF16) &&
+          (n == 0 || (dst.ndim >= 1 && dst.dim(0) == n)) && (offsets != nullptr || n == 0),
+      "gather_rows ", src.describe(), " (", n, " rows) -> ", dst.describe());
+  if (n == 0) return 0;
+  const int64_t row = dst.numel() / n;
+  TANDEM_CHECK(row * n == dst.numel(), "gather_rows: ", dst.describe(), " is not ", n, " rows");
+  const auto [lo, hi] = std::minmax_element(offsets, offsets + n);
+  TANDEM_CHECK(*lo >= 0 && *hi + row <= src.numel(), "gather_rows: rows at ", *lo, "..", *hi,
+               " of ", row, " elements outside ", src.describe());
   return row;
 }
 

@@ -159,6 +159,15 @@ class Backend {
   // one upload and one launch.
   virtual void scatter_rows(const TensorView& src, const TensorView& dst, const int64_t* offsets,
                             int64_t n);
+  // dst rows <- src rows, the inverse of scatter_rows without conversion: row i of dst (dst
+  // [n, ...] contiguous, row i its numel / n elements) is the run at element offset offsets[i]
+  // from src.data, same dtype. src: a contiguous f32/f16/bf16 view of backend memory holding
+  // every row (e.g. a block pool); dst: backend memory, or allocate_host memory written in place
+  // for a host thread to read once a raise_host_flag queued after the call is seen. offsets:
+  // host memory, any order; reusable once the call returns. Equal to one copy() per row (this
+  // default); a device backend does it in one upload and one launch.
+  virtual void gather_rows(const TensorView& src, const int64_t* offsets, int64_t n,
+                           const TensorView& dst);
   // Waits until every queued operation has finished (no-op on the CPU backend).
   virtual void synchronize() {}
 
@@ -240,6 +249,10 @@ void check_attention_batch(const TensorView& q, const TensorView& q_pos, const A
 // inside dst, no two rows overlapping); returns the row length in elements.
 int64_t check_scatter_rows(const TensorView& src, const TensorView& dst, const int64_t* offsets,
                            int64_t n);
+// Throws unless gather_rows(src, offsets, n, dst) keeps its contract (same dtype, every row
+// inside src); returns the row length in elements.
+int64_t check_gather_rows(const TensorView& src, const int64_t* offsets, int64_t n,
+                          const TensorView& dst);
 
 // Backend::attention_batch as the loop of attention / attention_paged / merge calls on
 // `backend`, later segments of a group computed into `scratch`.

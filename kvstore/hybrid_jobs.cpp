@@ -52,18 +52,27 @@ void HybridRunner::stage_rows(Backend& be, int32_t layer, const TensorView& q, c
 }
 
 void HybridRunner::stage_moves(Backend& be, LayerJob& job) {
-  if (sh_.rows.host_side()) return;  // moved from the mirror
+  if (sh_.rows.host_side() || job.moves.empty()) return;  // moved from the mirror
   const BlockLayout& lay = sh_.blocks.layout;
-  const int64_t elems = 2 * lay.dev_kv_bytes() / dtype_size(lay.dtype);  // K then V
+  const int64_t es = dtype_size(lay.dtype);
+  const int64_t elems = 2 * lay.dev_kv_bytes() / es;  // a block's K then V
+  const int64_t n = static_cast<int64_t>(job.moves.size());
+  TANDEM_CHECK(evict_used_ + n <= evict_slots_, "eviction staging of ", evict_slots_,
+               " blocks overflows: the plan counted fewer evictions");
+  // Every evicted block of the layer in one gather (the pool is one chunk: block id starts
+  // id * block_bytes after block 0), into consecutive staging slots.
+  gather_offsets_.clear();
   for (LayerJob::Move& m : job.moves) {
-    TANDEM_CHECK(evict_used_ < evict_slots_, "eviction staging of ", evict_slots_,
-                 " blocks overflows: the plan counted fewer evictions");
-    m.staged = evict_used_++;
-    const TensorView src(sh_.blocks.device.data(m.dev_id), lay.dtype, {elems},
-                         sh_.blocks.device.memory());
-    be.copy(src, TensorView(evict_stage_.as<uint8_t>() + m.staged * 2 * lay.dev_kv_bytes(),
-                            lay.dtype, {elems}, evict_stage_.view().memory));
+    m.staged = evict_used_ + static_cast<int64_t>(gather_offsets_.size());
+    gather_offsets_.push_back(m.dev_id * (sh_.blocks.device.block_bytes() / es));
   }
+  const TensorView pool(sh_.blocks.device.data(0), lay.dtype,
+                        {sh_.blocks.device.capacity() * sh_.blocks.device.block_bytes() / es},
+                        sh_.blocks.device.memory());
+  const TensorView dst(evict_stage_.as<uint8_t>() + evict_used_ * elems * es, lay.dtype, {n, elems},
+                       evict_stage_.view().memory);
+  be.gather_rows(pool, gather_offsets_.data(), n, dst);
+  evict_used_ += n;
 }
 
 void HybridRunner::launch_job(Backend& be, int32_t layer) {

@@ -143,6 +143,7 @@ class HybridRunner final : public KvStepRunner {
   Buffer rows_stage_;                               // allocate_host: stage_of, per layer
   Buffer evict_stage_;                              // allocate_host: evicted blocks' K and V
   int64_t evict_slots_ = 0, evict_used_ = 0;
+  std::vector<int64_t> gather_offsets_;
   Buffer tmp_o_, tmp_lse_;  // one span's partial (backend memory)
   int64_t tmp_rows_ = 0;
   std::vector<float> q_stage_, k_stage_, v_stage_, lse_stage_, new_maw_;

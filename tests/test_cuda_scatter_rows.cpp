@@ -121,3 +121,72 @@ TEST_CASE("scatter_rows: one upload and one launch per call, whatever the rows",
     CHECK(d.copies == 1);
   }
 }
+
+// gather_rows: the inverse, without conversion. Rows of a pool (any order, some repeated) into a
+// contiguous destination, also pinned host memory as the hybrid store's evictions use it.
+TEST_CASE("gather_rows equals one copy per row, bits unchanged, into device or pinned memory",
+          "[gather_rows]") {
+  uint32_t seed = 700;
+  for (DType t : {DType::kF32, DType::kF16, DType::kBF16})
+    for (int64_t n : {1, 5, 32}) {
+      INFO("pool " << dtype_name(t) << " n=" << n);
+      const int64_t row = 96;
+      const Buffer pool = random_buffer(t, {(n + 4) * row + 3}, seed += 10);
+      std::vector<int64_t> offsets;
+      std::mt19937 rng(seed);
+      for (int64_t i = 0; i < n; ++i)
+        offsets.push_back(static_cast<int64_t>(rng() % static_cast<uint32_t>(n + 4)) * row + 3);
+      // The reference: the pool's bytes of each row, read on the host.
+      const std::vector<uint8_t> all = bytes_of(cpu(), pool.view());
+      const int64_t es = dtype_size(t);
+      std::vector<uint8_t> want;
+      for (int64_t o : offsets)
+        want.insert(want.end(), all.begin() + o * es, all.begin() + (o + row) * es);
+      for (Backend* be : {&cpu(), gpu()}) {
+        if (be == nullptr) continue;
+        INFO("backend " << be->name());
+        const Buffer src = Buffer::upload(*be, pool.view());
+        const Buffer dev(*be, t, {n, row});
+        std::vector<int64_t> offs = offsets;
+        be->gather_rows(src.view(), offs.data(), n, dev.view());
+        std::fill(offs.begin(), offs.end(), int64_t{-1});  // reusable once the call returns
+        CHECK(first_diff(bytes_of(*be, dev.view()), want) == -1);
+        const Buffer pinned = Buffer::host(*be, t, {n, row});
+        be->gather_rows(src.view(), offsets.data(), n, pinned.view());
+        be->synchronize();
+        const auto* p = static_cast<const uint8_t*>(pinned.view().data);
+        CHECK(first_diff(std::vector<uint8_t>(p, p + n * row * es), want) == -1);
+      }
+    }
+}
+
+TEST_CASE("gather_rows: rows outside the source or mixed dtypes are rejected; one launch",
+          "[gather_rows]") {
+  for (Backend* be : {&cpu(), gpu()}) {
+    if (be == nullptr) continue;
+    INFO("backend " << be->name());
+    const Buffer src = Buffer::upload(*be, random_buffer(DType::kBF16, {100}, 3).view());
+    const Buffer dst(*be, DType::kBF16, {2, 16});
+    const std::vector<int64_t> outside = {0, 85};
+    CHECK_THROWS(be->gather_rows(src.view(), outside.data(), 2, dst.view()));
+    const Buffer f32(*be, DType::kF32, {2, 16});
+    const std::vector<int64_t> ok = {0, 84};
+    CHECK_THROWS(be->gather_rows(src.view(), ok.data(), 2, f32.view()));
+    be->gather_rows(src.view(), nullptr, 0, dst.view().slice(0, 0));  // nothing, no error
+  }
+  Backend* g = gpu();
+  if (g == nullptr || !cuda_is_emulated()) return;
+  for (int64_t n : {1, 8, 32}) {
+    const Buffer src = Buffer::upload(*g, random_buffer(DType::kBF16, {40 * 64}, 9).view());
+    const Buffer dst(*g, DType::kBF16, {n, 64});
+    std::vector<int64_t> offsets(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) offsets[static_cast<size_t>(i)] = (i * 7 % 40) * 64;
+    g->synchronize();
+    const CudaEmulatorCounters before = cuda_emulator_counters();
+    g->gather_rows(src.view(), offsets.data(), n, dst.view());
+    g->synchronize();
+    const CudaEmulatorCounters d = cuda_emulator_counters() - before;
+    CHECK(d.launches == 1);
+    CHECK(d.copies == 1);  // the offsets' upload
+  }
+}

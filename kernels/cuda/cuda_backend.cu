@@ -128,6 +128,16 @@ class CudaBackend final : public Backend {
     cuda::scatter_rows(src, dst, reinterpret_cast<const int64_t*>(scatter_table_.device()), n, row,
                        stream_);
   }
+  void gather_rows(const TensorView& src, const int64_t* offsets, int64_t n,
+                   const TensorView& dst) override {
+    const int64_t row = check_gather_rows(src, offsets, n, dst);
+    if (n == 0 || row == 0) return;
+    const size_t bytes = static_cast<size_t>(n) * sizeof(int64_t);
+    std::memcpy(gather_table_.prepare(bytes, stream_), offsets, bytes);
+    gather_table_.upload(stream_);
+    cuda::gather_rows(src, reinterpret_cast<const int64_t*>(gather_table_.device()), n, row, dst,
+                      stream_);
+  }
   void copy(const TensorView& src, const TensorView& dst) override {
     cuda::convert(src, dst, stream_);
   }
@@ -258,6 +268,7 @@ class CudaBackend final : public Backend {
   size_t page_table_cap_ = 0;
   cuda::UploadTable batch_table_;    // attention_batch's segments and page offsets
   cuda::UploadTable scatter_table_;  // scatter_rows' offsets
+  cuda::UploadTable gather_table_;   // gather_rows' offsets
   // sample(): the rows (device), the ids (device, then pinned), for sample_cap_ rows.
   SampleRow* sample_rows_ = nullptr;
   int32_t* sample_out_ = nullptr;

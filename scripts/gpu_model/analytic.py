@@ -127,7 +127,9 @@ def op_attention_batch(st, s, B, segs, sms):
 def analytic_step(mode, L, V, B, depth, gen, step, s=SHAPE, sms=132):
     """Counters of decode step `step` (0 = the warm-up) of `bench-decode --fill import`, read
     off the batch step of kvstore/hybrid_runner.h (one host submission, one attention_batch,
-    one flag wait and one merge per layer, the rows stored by one scatter_rows per tensor)."""
+    one flag wait and one merge per layer, the rows stored by one scatter_rows per tensor, the
+    evicted blocks handed to a host job by one gather_rows and a flag: kvstore/hybrid_jobs.cpp).
+    The host reads nothing back within the step but the logits."""
     st = Step()
     h, hq, hkv, d, ffn = s["hidden"], s["heads"], s["kv_heads"], s["head_dim"], s["ffn"]
     wb, kvb, blk = s["wbytes"], s["kvbytes"], s["block"]
@@ -169,14 +171,19 @@ def analytic_step(mode, L, V, B, depth, gen, step, s=SHAPE, sms=132):
             st.kernel("wait_flag_kernel", 1, 1, 0, 0)
             st.c["kernel_mapped_read_bytes"] += 4
             st.kernel("merge_kernel", (B * hq + 7) // 8, 256, B * part, B * part, B * part)
-        if evict:  # oldest window block to the host: K and V downloaded (per sequence)
-            for _ in range(B):
-                st.copy("d2h", blk * hkv * d * kvb, sync=True)
-                st.copy("d2h", blk * hkv * d * kvb, sync=True)
+        moved = 2 * blk * hkv * d * kvb  # one evicted block's K and V
+        if evict:  # every sequence's oldest window block into pinned memory, one gather
+            st.copy("h2d", B * 8)  # block offsets
+            st.kernel("gather_kernel<uint16_t>", grid_for(B * moved // kvb, 256), 256,
+                      B * moved + B * 8, 0)
+            st.c["kernel_mapped_write_bytes"] += B * moved
         for _ in range(2):  # the new K and V rows into the device blocks (f32 -> bf16)
             st.copy("h2d", B * 8)  # row offsets
             st.kernel("scatter_kernel<__nv_bfloat16>", grid_for(B * hkv * d, 256), 256,
                       B * hkv * d * 4 + B * 8, B * hkv * d * kvb)
+        if evict:  # the flag the layer's host job (the moves into host blocks) starts on
+            st.kernel("raise_flag_kernel", 1, 1, 0, 0)
+            st.c["kernel_mapped_write_bytes"] += 4
         op_matmul(st, B, h, hq * d, wb)
         op_elementwise(st, B * h)
         op_norm(st, B, h)
