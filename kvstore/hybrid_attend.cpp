@@ -60,23 +60,20 @@ void HybridRunner::submit(Backend& be, int32_t layer, const TensorView& q, int64
     }
   }
   // Rows of the batch no sequence covers (none today) stay empty too.
-  // The policies select on a worker once the queries are there (topk reads them), from the
-  // step's snapshot of the block table: the store of this layer may run before they do. Under
-  // window 0 the store writes into the last host block, whose digest and MAW the selection
-  // reads: there it selects here, before the store, from the host's copy of the query.
+  // The policies select from the step's snapshot of the block table. topk reads the queries:
+  // where the device hands them over (qh null), it selects on a worker once they are there (the
+  // batch's prepare), so that this thread never waits for the device. Otherwise it selects here,
+  // before the device part of the layer (full and hgca read no query; on a CPU with few cores
+  // this thread has the slack, the workers do not).
   const size_t n_items = items.size();
   slot.refs.resize(std::max(slot.refs.size(), n_items));
   slot.idx.resize(std::max(slot.idx.size(), n_items));
   slot.picked.assign(n_items, 0);
-  auto select = [this, layer, &slot](std::span<HostAttnItem> its) { pick(layer, slot, its); };
   HostAttnPrepare prepare;
-  if (sh_.geo.window == 0 && !be.host_accessible()) {
-    TANDEM_CHECK(qh != nullptr || sh_.cfg.sparse != SparsePolicy::kTopk,
-                 "topk selection needs the query");
-    select(items);
-  } else {
-    prepare = select;
-  }
+  if (qh == nullptr && sh_.cfg.sparse == SparsePolicy::kTopk)
+    prepare = [this, layer, &slot](std::span<HostAttnItem> its) { pick(layer, slot, its); };
+  else
+    pick(layer, slot, items);
   // The workers raise the partial's flag when they are done (NaN partial if they failed).
   slot.ticket = sh_.host_attn.submit(
       std::move(items), [flag = partial_flag(layer), seq] { publish_host_flag(flag, seq); }, start,

@@ -33,6 +33,11 @@ HybridKv::~HybridKv() {
 
 KvStepRunner* HybridKv::step_runner() const { return shared_.runner; }
 
+HostStats HybridKv::host_stats() const {
+  if (!shared_.runner->in_step()) shared_.runner->reap();
+  return stats_;
+}
+
 int64_t HybridKv::device_blocks() const {
   int64_t n = 0;
   for (const LayerTable& l : layers_) n += (l.sink >= 0) + static_cast<int64_t>(l.window.size());

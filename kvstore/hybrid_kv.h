@@ -83,7 +83,9 @@ class HybridKv final : public SequenceKv {
   void import_kv(Backend& backend, int32_t layer, const float* k, const float* v,
                  int32_t n) override;
   KvStepRunner* step_runner() const override;
-  HostStats host_stats() const override { return stats_; }
+  // Between steps the host work of the last one is reaped first (on a device backend its
+  // selections are counted when it is known done).
+  HostStats host_stats() const override;
 
   // Blocks held per tier (all layers).
   int64_t device_blocks() const;

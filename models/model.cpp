@@ -141,7 +141,12 @@ void Model::ensure_workspace(int64_t n, int64_t rows) {
   if (rows > ws_logit_rows_) {
     logit_in_ = Buffer(be, DType::kF32, {rows * std::max<int64_t>(c.hidden, c.embed_dim)});
     logits_ = Buffer(be, DType::kF32, {rows, c.vocab_size});
-    if (!be.host_accessible()) host_logits_ = Buffer(DType::kF32, {rows, c.vocab_size});
+    // Pinned on a device (allocate_host): the read-back is one copy in stream order and one
+    // wait for the stream, where pageable memory makes the copy itself wait too.
+    if (!be.host_accessible()) {
+      host_logits_ = Buffer();
+      host_logits_ = Buffer::host(be, DType::kF32, {rows, c.vocab_size});
+    }
     ws_logit_rows_ = rows;
   }
 }
