@@ -16,7 +16,7 @@ void map_opt_weights(const ModelConfig& c, const TensorStore& s, ModelWeights& w
     w.project_in = s.get(d + "project_in.weight", {h, e});
     w.project_out = s.get(d + "project_out.weight", {e, h});
   }
-  if (c.pre_norm) {
+  if (c.final_norm) {
     w.final_norm = w.small_f32(s, d + "final_layer_norm.weight", h);
     w.final_norm_b = w.small_f32(s, d + "final_layer_norm.bias", h);
   }

@@ -82,6 +82,80 @@ double yarn_mscale(double scale, double m) {
   return scale <= 1.0 ? 1.0 : 0.1 * m * std::log(scale) + 1.0;
 }
 
+constexpr const char* kRopeTypes = "default, linear, dynamic, llama3, yarn";
+
+bool known_rope_type(const std::string& t) {
+  return t == "default" || t == "linear" || t == "dynamic" || t == "llama3" || t == "yarn";
+}
+
+// The scaling object in one spelling: "type" (old) renamed to "rope_type", the type defaulted,
+// and the keys that are not scaling (theta, partial rotary factor) dropped.
+json normalized_scaling(const json& s) {
+  json n = s.is_object() ? s : json::object();
+  if (n.contains("type")) {
+    if (!n.contains("rope_type")) n["rope_type"] = n["type"];
+    n.erase("type");
+  }
+  if (!n.contains("rope_type") || n["rope_type"].is_null()) n["rope_type"] = "default";
+  n.erase("rope_theta");
+  n.erase("partial_rotary_factor");
+  return n;
+}
+
+// RoPE settings of config.json in either layout: transformers 4 writes top-level "rope_theta"
+// and "rope_scaling"; transformers 5 writes only "rope_parameters" (theta, type and scaling
+// fields in one object). Both are read with the same defaults; when a config carries both and
+// they disagree, no guess is safe, so the load is refused.
+struct RopeSettings {
+  double theta = 10000.0;
+  double partial = 1.0;
+  json scaling;  // normalized_scaling(): always has "rope_type"
+};
+
+RopeSettings read_rope_settings(const json& j, const std::string& file) {
+  const Fields f{j, file};
+  RopeSettings r;
+  r.theta = f.num_or("rope_theta", 10000.0);
+  r.partial = f.num_or("partial_rotary_factor", 1.0);
+  if (f.has("rope_scaling") && !j["rope_scaling"].is_object())
+    TANDEM_FAIL(kInvalidArgument, file, ": \"rope_scaling\" must be an object");
+  const json old_scaling = f.has("rope_scaling") ? normalized_scaling(j["rope_scaling"]) : json();
+  const char* type_key = "rope_scaling.rope_type";
+  if (!f.has("rope_parameters")) {
+    r.scaling = normalized_scaling(old_scaling);
+  } else {
+    const json& p = j["rope_parameters"];
+    if (!p.is_object())
+      TANDEM_FAIL(kInvalidArgument, file, ": \"rope_parameters\" must be an object");
+    for (const auto& [key, value] : p.items())
+      if (value.is_object())  // per-layer-type tables (hybrid attention models)
+        TANDEM_FAIL(kUnsupported, file, ": \"rope_parameters.", key,
+                    "\" (per-layer RoPE parameters) is not supported");
+    const Fields pf{p, file + " rope_parameters"};
+    if (f.has("rope_theta") && pf.has("rope_theta") && pf.num_or("rope_theta", 0) != r.theta)
+      TANDEM_FAIL(kInvalidArgument, file, ": \"rope_theta\" (", r.theta,
+                  ") disagrees with \"rope_parameters.rope_theta\" (", pf.num_or("rope_theta", 0),
+                  ")");
+    if (f.has("partial_rotary_factor") && pf.has("partial_rotary_factor") &&
+        pf.num_or("partial_rotary_factor", 0) != r.partial)
+      TANDEM_FAIL(kInvalidArgument, file, ": \"partial_rotary_factor\" (", r.partial,
+                  ") disagrees with \"rope_parameters.partial_rotary_factor\" (",
+                  pf.num_or("partial_rotary_factor", 0), ")");
+    r.theta = pf.num_or("rope_theta", r.theta);
+    r.partial = pf.num_or("partial_rotary_factor", r.partial);
+    r.scaling = normalized_scaling(p);
+    if (old_scaling.is_object() && old_scaling != r.scaling)
+      TANDEM_FAIL(kInvalidArgument, file, ": \"rope_scaling\" ", old_scaling.dump(),
+                  " disagrees with \"rope_parameters\" ", r.scaling.dump());
+    type_key = "rope_parameters.rope_type";
+  }
+  const json& type = r.scaling["rope_type"];
+  if (!type.is_string() || !known_rope_type(type.get<std::string>()))
+    TANDEM_FAIL(kInvalidArgument, file, ": unknown \"", type_key, "\" ", type.dump(),
+                " (supported: ", kRopeTypes, ")");
+  return r;
+}
+
 }  // namespace
 
 std::string_view arch_name(Arch a) {
@@ -146,8 +220,13 @@ RopeTable make_rope_table(int32_t head_dim, double theta, double partial_rotary_
       auto corr = [&](double rot) {
         return dim * std::log(orig / (rot * 2.0 * std::numbers::pi)) / (2.0 * std::log(theta));
       };
-      double low = std::max(std::floor(corr(beta_fast)), 0.0);
-      double high = std::min(std::ceil(corr(beta_slow)), dim - 1);
+      // transformers rounds the correction range outwards to whole dimensions only when
+      // "truncate" is true (its default); without it the ramp starts and ends mid-dimension.
+      const bool truncate = f.bool_or("truncate", true);
+      double low = corr(beta_fast), high = corr(beta_slow);
+      if (truncate) low = std::floor(low), high = std::ceil(high);
+      low = std::max(low, 0.0);
+      high = std::min(high, dim - 1);
       if (low == high) high += 0.001;  // avoid a zero-width ramp
       for (int32_t i = 0; i < half; ++i) {
         const double ramp = std::clamp((i - low) / (high - low), 0.0, 1.0);
@@ -206,6 +285,9 @@ ModelConfig load_config(const std::filesystem::path& dir) {
     c.ffn = f.int_req("ffn_dim");
     c.norm_eps = 1e-5f;
     c.pre_norm = f.bool_or("do_layer_norm_before", true);
+    // As in transformers' OPTDecoder: the final LayerNorm exists only for pre-norm models, and
+    // some (OPT-350m's conversions) drop it with _remove_final_layer_norm.
+    c.final_norm = c.pre_norm && !f.bool_or("_remove_final_layer_norm", false);
     c.embed_dim = f.int_or("word_embed_proj_dim", c.hidden);
     c.pos_offset = 2;
     const bool bias = f.bool_or("enable_bias", true);
@@ -238,6 +320,9 @@ ModelConfig load_config(const std::filesystem::path& dir) {
     TANDEM_FAIL(kInvalidArgument, path.string(), ": num_attention_heads (", c.n_head_q,
                 ") is not a multiple of num_key_value_heads (", c.n_head_kv, ")");
   c.head_dim = f.int_or("head_dim", 0);
+  // transformers' Qwen3Config defaults head_dim to 128 whatever the width; Llama, Mistral and
+  // Qwen2 derive it from hidden_size / num_attention_heads.
+  if (c.head_dim == 0 && c.arch == Arch::kQwen3) c.head_dim = 128;
   if (c.head_dim == 0) {
     if (c.hidden % c.n_head_q != 0)
       TANDEM_FAIL(kInvalidArgument, path.string(), ": hidden_size is not a multiple of heads");
@@ -246,15 +331,10 @@ ModelConfig load_config(const std::filesystem::path& dir) {
   if (c.head_dim % 2 != 0) TANDEM_FAIL(kUnsupported, path.string(), ": odd head_dim ", c.head_dim);
 
   if (c.arch != Arch::kOpt) {
-    std::string scaling;
-    if (f.has("rope_scaling")) {
-      if (!j["rope_scaling"].is_object())
-        TANDEM_FAIL(kInvalidArgument, path.string(), ": rope_scaling must be an object");
-      scaling = j["rope_scaling"].dump();
-    }
+    const RopeSettings rope = read_rope_settings(j, path.string());
     try {
-      c.rope = make_rope_table(c.head_dim, f.num_or("rope_theta", 10000.0),
-                               f.num_or("partial_rotary_factor", 1.0), scaling, c.max_context);
+      c.rope =
+          make_rope_table(c.head_dim, rope.theta, rope.partial, rope.scaling.dump(), c.max_context);
     } catch (const Error& e) {
       TANDEM_FAIL(kUnsupported, path.string(), ": ", e.what());
     }

@@ -41,6 +41,7 @@ struct ModelConfig {
   RopeTable rope;        // empty inv_freq for OPT (learned positions)
   // OPT only.
   bool pre_norm = true;    // do_layer_norm_before
+  bool final_norm = true;  // LayerNorm before lm_head (pre_norm && !_remove_final_layer_norm)
   int32_t embed_dim = 0;   // word_embed_proj_dim (== hidden unless project_in/out exist)
   int32_t pos_offset = 0;  // learned position table row = position + offset (2 for OPT)
   // Tokens.
@@ -55,7 +56,8 @@ struct ModelConfig {
 // one-line message naming the file on anything missing, malformed or unsupported.
 ModelConfig load_config(const std::filesystem::path& dir);
 
-// inv_freq for head_dim / theta / the rope_scaling object of config.json (exposed for tests).
+// inv_freq for head_dim / theta / a rope scaling object (config.json's "rope_scaling" or
+// transformers 5's "rope_parameters"; exposed for tests).
 RopeTable make_rope_table(int32_t head_dim, double theta, double partial_rotary_factor,
                           const std::string& scaling_json, int32_t max_position);
 
