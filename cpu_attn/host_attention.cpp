@@ -202,9 +202,8 @@ HostAttention::Ticket HostAttention::submit(std::vector<HostAttnItem> items,
   return t;
 }
 
-void HostAttention::split_batch(Batch& batch) const {
-  Batch* b = &batch;
-  const std::vector<HostAttnItem>& items = b->items;
+void HostAttention::split_batch(Batch& b) const {
+  const std::vector<HostAttnItem>& items = b.items;
   const int64_t row_bytes = head_dim_ * dtype_size(kv_dtype_);
   // Selected rows per item.
   std::vector<int64_t> rows(items.size());
@@ -221,38 +220,38 @@ void HostAttention::split_batch(Batch& batch) const {
   const int64_t target_tasks = kTasksPerThread * threads_;
   const int64_t min_rows = std::max<int64_t>(1, kMinPartBytes / (2 * row_bytes));
 
-  b->splits.assign(items.size(), Batch::Split{});
-  b->parts_left = std::make_unique<std::atomic<int32_t>[]>(items.size());
+  b.splits.assign(items.size(), Batch::Split{});
+  b.parts_left = std::make_unique<std::atomic<int32_t>[]>(items.size());
   int64_t scratch = 0;
   for (size_t i = 0; i < items.size(); ++i) {
     const HostAttnItem& it = items[i];
     const int64_t part_rows = std::max(min_rows, (rows[i] + target_tasks - 1) / target_tasks);
     // Parts of about part_rows each (rounded, so an item slightly above part_rows stays whole).
     const int64_t n_parts = std::max<int64_t>(1, (rows[i] + part_rows / 2) / part_rows);
-    Batch::Split& sp = b->splits[i];
+    Batch::Split& sp = b.splits[i];
     sp.n_parts = static_cast<int32_t>(n_parts);
-    b->parts_left[i].store(sp.n_parts, std::memory_order_relaxed);
+    b.parts_left[i].store(sp.n_parts, std::memory_order_relaxed);
     if (n_parts == 1) {
-      b->tasks.push_back({static_cast<int32_t>(i), 0, -1, -1, rows[i]});
+      b.tasks.push_back({static_cast<int32_t>(i), 0, -1, -1, rows[i]});
       continue;
     }
     sp.scratch = scratch;
     scratch += n_parts * it.G;
     const int64_t per = (rows[i] + n_parts - 1) / n_parts;
     for (int64_t p = 0; p < n_parts; ++p) {
-      const int32_t b0 = static_cast<int32_t>(b->parts_blocks.size());
+      const int32_t b0 = static_cast<int32_t>(b.parts_blocks.size());
       const int64_t r0 = p * per, r1 = std::min(rows[i], (p + 1) * per);
-      slice_rows(it.blocks, r0, r1, row_bytes, &b->parts_blocks);
-      b->tasks.push_back({static_cast<int32_t>(i), static_cast<int32_t>(p), b0,
-                          static_cast<int32_t>(b->parts_blocks.size()), r1 - r0});
+      slice_rows(it.blocks, r0, r1, row_bytes, &b.parts_blocks);
+      b.tasks.push_back({static_cast<int32_t>(i), static_cast<int32_t>(p), b0,
+                         static_cast<int32_t>(b.parts_blocks.size()), r1 - r0});
     }
   }
   // Largest first, so the tail of the batch is made of small tasks (stable: reproducible order).
-  std::stable_sort(b->tasks.begin(), b->tasks.end(),
+  std::stable_sort(b.tasks.begin(), b.tasks.end(),
                    [](const Batch::Task& x, const Batch::Task& y) { return x.rows > y.rows; });
-  b->tasks_left.store(b->tasks.size(), std::memory_order_relaxed);
-  b->part_lse.resize(static_cast<size_t>(scratch));
-  b->part_o.resize(static_cast<size_t>(scratch * head_dim_));
+  b.tasks_left.store(b.tasks.size(), std::memory_order_relaxed);
+  b.part_lse.resize(static_cast<size_t>(scratch));
+  b.part_o.resize(static_cast<size_t>(scratch * head_dim_));
 }
 
 bool HostAttention::start_reached(const HostAttnStart& s) const {

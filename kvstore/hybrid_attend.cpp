@@ -261,7 +261,7 @@ void HybridRunner::attend(Backend& be, int32_t layer, const TensorView& q, const
   const float* kh = rows_on_host ? host_readable(be, k, k_stage_) : nullptr;
   const float* vh = rows_on_host ? host_readable(be, v, v_stage_) : nullptr;
   JobSlot& job = jobs_[static_cast<size_t>(layer)];
-  float* new_maw = defer_ ? job.maw.data() : new_maw_.data();
+  float* new_maw = nullptr;  // per sequence: its new token's MAW values
   const size_t n_maw = seqs_.size() * static_cast<size_t>(sh.n_head_kv);
   if (defer_) {
     job.work.clear();

@@ -18,11 +18,13 @@
 
 namespace tandem {
 
-float* HybridRunner::stage_of(int32_t layer) const {
+HybridRunner::StagedRows HybridRunner::staged(int32_t layer) const {
   const KvShape& sh = sh_.shape;
-  const int64_t per_row =
-      int64_t{sh.n_head_q} * (sh.head_dim + 1) + 2 * int64_t{sh.n_head_kv} * sh.head_dim;
-  return rows_stage_.as<float>() + int64_t{layer} * cap_rows_ * per_row;
+  const int64_t qd = int64_t{sh.n_head_q} * sh.head_dim, kvd = sh_.blocks.row_elems();
+  float* q = rows_stage_.as<float>() + int64_t{layer} * cap_rows_ * (qd + sh.n_head_q + 2 * kvd);
+  float* lse = q + cap_rows_ * qd;
+  float* k = lse + cap_rows_ * sh.n_head_q;
+  return StagedRows{q, lse, k, k + cap_rows_ * kvd};
 }
 
 void HybridRunner::ensure_stage(int64_t evictions) {
@@ -41,14 +43,11 @@ void HybridRunner::stage_rows(Backend& be, int32_t layer, const TensorView& q, c
   const int64_t n = q.dim(0), qd = int64_t{sh.n_head_q} * sh.head_dim;
   const int64_t kvd = int64_t{sh.n_head_kv} * sh.head_dim;
   const MemoryKind mem = rows_stage_.view().memory;
-  float* st = stage_of(layer);
-  float* lse_at = st + cap_rows_ * qd;
-  float* k_at = lse_at + cap_rows_ * sh.n_head_q;
-  float* v_at = k_at + cap_rows_ * kvd;
-  be.copy(q.reshape({n, qd}), TensorView(st, DType::kF32, {n, qd}, mem));
-  be.copy(lse.reshape({n, sh.n_head_q}), TensorView(lse_at, DType::kF32, {n, sh.n_head_q}, mem));
-  be.copy(k.reshape({n, kvd}), TensorView(k_at, DType::kF32, {n, kvd}, mem));
-  be.copy(v.reshape({n, kvd}), TensorView(v_at, DType::kF32, {n, kvd}, mem));
+  const StagedRows st = staged(layer);
+  be.copy(q.reshape({n, qd}), TensorView(st.q, DType::kF32, {n, qd}, mem));
+  be.copy(lse.reshape({n, sh.n_head_q}), TensorView(st.lse, DType::kF32, {n, sh.n_head_q}, mem));
+  be.copy(k.reshape({n, kvd}), TensorView(st.k, DType::kF32, {n, kvd}, mem));
+  be.copy(v.reshape({n, kvd}), TensorView(st.v, DType::kF32, {n, kvd}, mem));
 }
 
 void HybridRunner::stage_moves(Backend& be, LayerJob& job) {
@@ -92,16 +91,14 @@ void HybridRunner::run_job(int32_t layer) {
   const KvShape& sh = sh_.shape;
   const BlockAccess& bk = sh_.blocks;
   const int64_t qd = int64_t{sh.n_head_q} * sh.head_dim, kvd = bk.row_elems();
-  const float* st = rows_stage_.empty() ? nullptr : stage_of(layer);
-  const float* lse = st != nullptr ? st + cap_rows_ * qd : nullptr;
-  const float* k = lse != nullptr ? lse + cap_rows_ * sh.n_head_q : nullptr;
-  const float* v = k != nullptr ? k + cap_rows_ * kvd : nullptr;
+  // Staged rows exist where the jobs write a mirror (hgca on a device).
+  const StagedRows st = rows_stage_.empty() ? StagedRows{} : staged(layer);
   if (sh_.cfg.sparse == SparsePolicy::kHgca) {
-    TANDEM_CHECK(st != nullptr, "hgca job without staged rows");
+    TANDEM_CHECK(st.q != nullptr, "hgca job without staged rows");
     for (size_t i = 0; i < seqs_.size(); ++i) {
       const Seq& s = seqs_[i];
-      s.kv->update_maw(plan_.seqs[i].layers[static_cast<size_t>(layer)], st + s.row0 * qd,
-                       lse + s.row0 * sh.n_head_q, k + s.row0 * kvd,
+      s.kv->update_maw(plan_.seqs[i].layers[static_cast<size_t>(layer)], st.q + s.row0 * qd,
+                       st.lse + s.row0 * sh.n_head_q, st.k + s.row0 * kvd,
                        j.maw.data() + i * static_cast<size_t>(sh.n_head_kv));
     }
   }
@@ -116,10 +113,10 @@ void HybridRunner::run_job(int32_t layer) {
     }
   }
   for (const LayerJob::Put& p : j.work.puts) {
-    TANDEM_CHECK(k != nullptr, "mirror rows without staged rows");
+    TANDEM_CHECK(st.k != nullptr, "mirror rows without staged rows");
     const int64_t at = int64_t{p.slot} * bk.row_bytes();
-    cpu::row_from_f32(k + p.row * kvd, bk.mirror_k(p.dev_id) + at, bk.layout.dtype, kvd);
-    cpu::row_from_f32(v + p.row * kvd, bk.mirror_v(p.dev_id) + at, bk.layout.dtype, kvd);
+    cpu::row_from_f32(st.k + p.row * kvd, bk.mirror_k(p.dev_id) + at, bk.layout.dtype, kvd);
+    cpu::row_from_f32(st.v + p.row * kvd, bk.mirror_v(p.dev_id) + at, bk.layout.dtype, kvd);
     std::copy_n(p.maw, sh.n_head_kv, bk.dev_maw(p.dev_id) + int64_t{p.slot} * sh.n_head_kv);
   }
 }

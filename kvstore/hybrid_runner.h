@@ -116,7 +116,10 @@ class HybridRunner final : public KvStepRunner {
   TensorView query_flag(int32_t layer) const;
   TensorView partial_flag(int32_t layer) const;
   TensorView job_flag(int32_t layer) const;
-  float* stage_of(int32_t layer) const;  // [q rows, Hq, d | lse rows, Hq | k rows | v rows]
+  struct StagedRows {        // a layer's rows staged for its host job (pinned), by batch row
+    float *q, *lse, *k, *v;  // [rows, Hq, d], [rows, Hq], [rows, Hkv, d], [rows, Hkv, d]
+  };
+  StagedRows staged(int32_t layer) const;
   void ensure_rows(int64_t rows);
   AttnPartial scratch(int64_t n);
 
