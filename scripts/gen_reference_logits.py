@@ -38,8 +38,8 @@ What it does
    (the loader resolves shards and tied embeddings), so the reference sees exactly what the
    C++ side will read.
 
-3. For each of those 7 models and the real ../shared/models/tinystories-656k (read in place,
-   never copied), takes a 12-token prompt, computes prefill logits for every prompt position,
+3. For each of those 7 models, the real ../shared/models/tinystories-656k (read in place,
+   never copied) and the bundled models/tandem-demo, takes a 12-token prompt, computes prefill logits for every prompt position,
    then 16 greedy decode steps with an incremental KV cache, and writes
 
      tests/fixtures/logits/<name>.json = {"model": <model dir relative to repo root>,
@@ -116,6 +116,18 @@ def main():
     logits, decode_ids, margin = run_reference(model, prompt)
     write_logits("tinystories-656k", os.path.relpath(TINYSTORIES, REPO), prompt, decode_ids, logits)
     results.append(("tinystories-656k", logits, decode_ids, margin))
+
+    # The bundled demo model, read in place: the tests that need a trained checkpoint run on a
+    # clone of the repository alone. Prompt: BOS + the first 11 ids of
+    # "def add(self, key, value):\n    self." as the Hugging Face tokenizers library (npm
+    # `tokenizers`) encodes it with models/tandem-demo/tokenizer.json.
+    demo = os.path.join(REPO, "models", "tandem-demo")
+    demo_prompt = [0, 471, 803, 43, 283, 47, 708, 47, 452, 314, 270, 306]
+    cfg, w = load_checkpoint(demo)
+    demo_model = build_model(cfg, w)
+    demo_logits, demo_decode, demo_margin = run_reference(demo_model, demo_prompt)
+    write_logits("tandem-demo", "models/tandem-demo", demo_prompt, demo_decode, demo_logits)
+    results.append(("tandem-demo", demo_logits, demo_decode, demo_margin))
 
     print("Reference logits written to %s" % os.path.relpath(FIX_LOGITS, REPO))
     for r in results:

@@ -26,11 +26,13 @@ fi
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 ctest --test-dir "$build" --output-on-failure -j "$(nproc)" | tee "$log"
-# A test that cannot run here (the GPU tests without a GPU) exits 4 and ctest shows "Skipped";
-# print each one's own reason too, so a skip is never read as a pass.
+# A test that cannot run here exits 4 and ctest shows "Skipped": the GPU tests without a GPU, and
+# the *_shared entries (tests that compare against the checkpoints in ../shared/models) in a
+# clone without ../shared beside it. Print each one's own reason and the tests it skipped, so a
+# skip is never read as a pass.
 if grep -q '(Skipped)' "$log"; then
   echo "Why they were skipped:"
-  ctest --test-dir "$build" -L gpu -V 2>&1 | sed -n 's/^[0-9]*: \(.*skipped.*\)$/  \1/p'
+  ctest --test-dir "$build" -L 'gpu|shared' -V 2>&1 | sed -n 's/^[0-9]*: \(.*skipped.*\)$/  \1/p'
 fi
 # The CUDA backend on the SIMT emulator (kernels/cuda/emu/): the same .cu sources compiled by g++
 # and run on the CPU, so the GPU tests run on every commit. Only what they need is built.

@@ -1,9 +1,15 @@
-// Shared fixture of the engine tests (test_engine, test_engine_batching): the tinystories-656k
-// model and tokenizer, store configurations, stream collection and solo-run references.
+// Shared fixture of the engine tests (test_engine, test_engine_batching): the bundled tandem-demo
+// model and tokenizer (the repository ships it: the tests run on a clone alone), store
+// configurations, stream collection and solo-run references.
 #pragma once
+
+#include <unistd.h>
 
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <thread>
 
@@ -18,13 +24,13 @@ namespace tandem::test {
 // on a loaded machine are slow).
 inline constexpr std::chrono::seconds kPatience{120};
 
-inline const Tokenizer& stories_tokenizer() {
-  static const Tokenizer tok = Tokenizer::load(repo_path("../shared/models/tinystories-656k"));
+inline const Tokenizer& demo_tokenizer() {
+  static const Tokenizer tok = Tokenizer::load(repo_path("models/tandem-demo"));
   return tok;
 }
 
 struct Setup {
-  explicit Setup(const char* model_dir = "../shared/models/tinystories-656k")
+  explicit Setup(const char* model_dir = "models/tandem-demo")
       : backend(make_cpu_backend()), model(Model::load(repo_path(model_dir), *backend)) {}
   std::unique_ptr<Backend> backend;
   std::unique_ptr<Model> model;
@@ -104,7 +110,7 @@ inline std::vector<int32_t> reference(Model& model, const std::vector<int32_t>& 
 }
 
 inline std::vector<std::vector<int32_t>> story_prompts() {
-  const Tokenizer& tok = stories_tokenizer();
+  const Tokenizer& tok = demo_tokenizer();
   std::vector<std::vector<int32_t>> p;
   for (const char* text :
        {"Once upon a time", "The little dog", "Lily and Tom went to the park to play with",
@@ -118,13 +124,33 @@ inline std::vector<std::vector<int32_t>> story_prompts() {
   return p;
 }
 
+// A copy of the demo model's folder (weights and tokenizer linked, not copied) whose configs name
+// `eos` as the end-of-sequence id. Returns the folder (under the system temp directory).
+inline std::string model_with_eos(int32_t eos, const std::string& name) {
+  namespace fs = std::filesystem;
+  const fs::path src = repo_path("models/tandem-demo");
+  const fs::path dir =
+      fs::temp_directory_path() / ("tandem-test-" + name + "-" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  for (const char* f : {"model.safetensors", "tokenizer.json", "tokenizer_config.json"})
+    fs::create_symlink(src / f, dir / f);
+  for (const char* f : {"config.json", "generation_config.json"}) {
+    std::ifstream in(src / f);
+    nlohmann::json j = nlohmann::json::parse(in);
+    j["eos_token_id"] = eos;
+    std::ofstream(dir / f) << j.dump(2);
+  }
+  return dir.string();
+}
+
 // The text out adds to the decoded prompt.
 inline std::string continuation(const std::vector<int32_t>& prompt,
                                 const std::vector<int32_t>& out) {
   std::vector<int32_t> all = prompt;
   all.insert(all.end(), out.begin(), out.end());
-  const std::string a = stories_tokenizer().decode(prompt, true);
-  const std::string b = stories_tokenizer().decode(all, true);
+  const std::string a = demo_tokenizer().decode(prompt, true);
+  const std::string b = demo_tokenizer().decode(all, true);
   REQUIRE(b.compare(0, a.size(), a) == 0);
   return b.substr(a.size());
 }

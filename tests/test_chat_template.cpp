@@ -16,6 +16,7 @@
 
 #include "kernels/common.h"
 #include "server/chat_template.h"
+#include "tests/test_helpers.h"
 
 namespace {
 
@@ -73,7 +74,7 @@ struct TempDir {
 }  // namespace
 
 TEST_CASE("chat templates match @huggingface/jinja on every fixture case") {
-  const fs::path dir = fs::path(TANDEM_SOURCE_DIR) / "tests/fixtures/templates";
+  const fs::path dir = tandem::test::repo_path("tests/fixtures/templates");
   REQUIRE(fs::is_directory(dir));
   std::vector<fs::path> files;
   for (const auto& e : fs::directory_iterator(dir)) {
@@ -123,7 +124,7 @@ TEST_CASE("chat templates match @huggingface/jinja on every fixture case") {
 
 TEST_CASE("the fallback template is the fixture's ChatML") {
   const ojson fx = ojson::parse(
-      read_text(fs::path(TANDEM_SOURCE_DIR) / "tests/fixtures/templates/chatml_fallback.json"));
+      read_text(tandem::test::repo_path("tests/fixtures/templates/chatml_fallback.json")));
   CHECK(fx["template"].get<std::string>() == ChatTemplate::fallback_source());
 }
 

@@ -2,7 +2,7 @@
 // completion as `--device cpu`, over HTTP, with the hybrid store's host tier in use (a small
 // device window, so most of the prompt's KV is attended by the CPU and merged on the device).
 // Runs wherever a CUDA device is visible: in CI on the SIMT emulator (ctest label "emulated"),
-// skipped (exit 4) without one. Model: ../shared/models/tinystories-656k, else the bundled
+// skipped (exit 4) without one. Model: the bundled
 // models/tandem-demo.
 #define CATCH_CONFIG_EXTERNAL_INTERFACES
 #include <httplib.h>
@@ -26,14 +26,7 @@ CATCH_REGISTER_LISTENER(SkipWithoutGpu)
 
 namespace {
 
-fs::path model_dir() {
-  for (const char* rel : {"../shared/models/tinystories-656k", "models/tandem-demo"}) {
-    const fs::path p = tandem::test::repo_path(rel);
-    if (fs::exists(p / "config.json")) return p;
-  }
-  FAIL("no model: ../shared/models/tinystories-656k nor models/tandem-demo");
-  return {};
-}
+fs::path model_dir() { return tandem::test::repo_path("models/tandem-demo"); }
 
 json post(int port, const std::string& path, const json& body) {
   httplib::Client c("127.0.0.1", port);

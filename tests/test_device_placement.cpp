@@ -113,7 +113,7 @@ TEST_CASE("the fake device rejects host operands", "[placement]") {
 
 TEST_CASE("forward on the fake device equals the CPU backend bit for bit", "[placement]") {
   auto cpu = make_cpu_backend();
-  for (const char* name : kReferenceModels) {
+  for (const char* name : kFixtureModels) {
     const ReferenceLogits ref = ReferenceLogits::load(name);
     FakeDevice dev;
     {

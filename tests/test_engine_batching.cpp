@@ -1,7 +1,7 @@
 // Engine: continuous batching against single-sequence generation (greedy outputs equal each
 // request run alone, far fewer steps than tokens), chunked prefill and preemption under a tiny
-// device pool, sparse policies and layer-ahead host attention, a failing step. Runs the real
-// tinystories-656k checkpoint and the llama-tiny fixture.
+// device pool, sparse policies and layer-ahead host attention, a failing step. Runs the
+// bundled tandem-demo checkpoint and the llama-tiny fixture.
 #include "tests/engine_fixture.h"
 
 using namespace tandem;
@@ -22,7 +22,7 @@ TEST_CASE("concurrent greedy requests equal each one run alone, in far fewer ste
       opt.max_batch = 16;
       opt.prefill_chunk = 32;  // the long prompt takes several steps, sharing them with decodes
       opt.step_token_budget = 64;
-      Engine engine(*s.model, stories_tokenizer(), store, opt);
+      Engine engine(*s.model, demo_tokenizer(), store, opt);
       std::vector<std::shared_ptr<TokenStream>> streams;
       for (const auto& p : prompts) streams.push_back(engine.submit(greedy(p, max_tokens)));
       int64_t total = 0;
@@ -60,15 +60,17 @@ TEST_CASE("a tiny device pool forces preemption; outputs stay those of solo runs
   Setup s;
   const auto prompts = story_prompts();
   const int32_t max_tokens = 70;
-  // A sequence holds at most 2 layers x (1 sink block + 4 window blocks) = 10 device blocks.
+  // A sequence holds at most 1 sink block + 4 window blocks per layer; the pool has room for
+  // 12 per layer, so at most two sequences fit at a time.
   // The model is not shared between threads: the references are computed first.
+  const int64_t layers = s.model->config().n_layer;
   std::vector<std::vector<int32_t>> want;
   for (size_t i = 0; i < 6; ++i) want.push_back(reference(*s.model, prompts[i], max_tokens));
-  KvStore store(s.model->backend(), s.model->kv_shape(), hybrid_config(24), 8, 512);
+  KvStore store(s.model->backend(), s.model->kv_shape(), hybrid_config(12 * layers), 8, 512);
   EngineOptions opt;
   opt.max_batch = 8;
   opt.prefill_chunk = 16;
-  Engine engine(*s.model, stories_tokenizer(), store, opt);
+  Engine engine(*s.model, demo_tokenizer(), store, opt);
   std::vector<std::shared_ptr<TokenStream>> streams;
   for (size_t i = 0; i < 6; ++i) streams.push_back(engine.submit(greedy(prompts[i], max_tokens)));
   for (size_t i = 0; i < streams.size(); ++i) {
@@ -79,11 +81,11 @@ TEST_CASE("a tiny device pool forces preemption; outputs stay those of solo runs
   const EngineMetrics m =
       wait_metrics(engine, [](const EngineMetrics& x) { return x.running == 0; });
   CHECK(m.preemptions > 0);
-  CHECK(m.kv_device_blocks_total == 24);
+  CHECK(m.kv_device_blocks_total == 12 * layers);
   CHECK(m.kv_device_blocks_used == 0);
   // A request that could never fit the pool is refused up front.
-  KvStore tiny(s.model->backend(), s.model->kv_shape(), hybrid_config(6), 1, 512);
-  Engine e2(*s.model, stories_tokenizer(), tiny, opt);
+  KvStore tiny(s.model->backend(), s.model->kv_shape(), hybrid_config(3 * layers), 1, 512);
+  Engine e2(*s.model, demo_tokenizer(), tiny, opt);
   CHECK(kind_of([&] { e2.submit(greedy(prompts[0], 200)); }) == ErrorKind::kInvalidArgument);
 }
 
@@ -98,7 +100,7 @@ TEST_CASE("chunked prefill shares steps with decodes under the token budget", "[
   auto make = [&](uint64_t id, int32_t n) {
     GenerationRequest r = greedy(std::vector<int32_t>(static_cast<size_t>(n), 7), 8);
     return std::make_unique<Sequence>(id, std::move(r), std::make_shared<TokenStream>(),
-                                      stories_tokenizer(), std::vector<int32_t>{}, 0);
+                                      demo_tokenizer(), std::vector<int32_t>{}, 0);
   };
   // Runs a schedule through the model; a finished prefill or a decode appends a token.
   auto run = [&](const Schedule& plan) {
@@ -145,13 +147,14 @@ TEST_CASE("chunked prefill shares steps with decodes under the token budget", "[
 
 TEST_CASE("a sequence that cannot grow preempts the most recently admitted one", "[engine]") {
   Setup s;
-  // 2 layers x (sink block + one window block) = 4 blocks per short sequence; 8 in the pool.
-  KvStore store(s.model->backend(), s.model->kv_shape(), hybrid_config(8), 4, 512);
+  // A sink block + one window block per layer for a short sequence; room for two in the pool.
+  const int64_t layers = s.model->config().n_layer;
+  KvStore store(s.model->backend(), s.model->kv_shape(), hybrid_config(4 * layers), 4, 512);
   Scheduler sched(SchedulerOptions{}, store);
   auto make = [&](uint64_t id) {
     GenerationRequest r = greedy(std::vector<int32_t>(10, 7), 100);
     return std::make_unique<Sequence>(id, std::move(r), std::make_shared<TokenStream>(),
-                                      stories_tokenizer(), std::vector<int32_t>{}, 0);
+                                      demo_tokenizer(), std::vector<int32_t>{}, 0);
   };
   auto run = [&](const Schedule& plan) {
     std::vector<StepSequence> batch;
@@ -169,7 +172,7 @@ TEST_CASE("a sequence that cannot grow preempts the most recently admitted one",
   sched.add(make(1));
   run(sched.schedule());
   REQUIRE(sched.running().size() == 2);
-  CHECK(store.device_blocks_used() == 8);
+  CHECK(store.device_blocks_used() == 4 * layers);
   sched.add(make(2));  // waits: no room
   // At 20 tokens the first sequence needs a second window block per layer: the second goes.
   while (sched.preemptions() == 0) {
@@ -217,7 +220,7 @@ TEST_CASE("llama-tiny: batched, chunked and preempted runs equal solo runs", "[e
       EngineOptions opt;
       opt.prefill_chunk = 8;
       opt.step_token_budget = 24;
-      Engine engine(*s.model, stories_tokenizer(), store, opt);
+      Engine engine(*s.model, demo_tokenizer(), store, opt);
       std::vector<std::shared_ptr<TokenStream>> streams;
       for (const auto& p : prompts) streams.push_back(engine.submit(greedy(p, max_tokens)));
       for (size_t i = 0; i < prompts.size(); ++i) {
@@ -242,7 +245,7 @@ TEST_CASE("sparse policies and layer-ahead host attention serve every request", 
     kv.cpu_attn = CpuAttnMode::kAhead;
     kv.topk_blocks = 2;
     KvStore store(s.model->backend(), s.model->kv_shape(), kv, 8, 512);
-    Engine engine(*s.model, stories_tokenizer(), store, EngineOptions{});
+    Engine engine(*s.model, demo_tokenizer(), store, EngineOptions{});
     std::vector<std::shared_ptr<TokenStream>> streams;
     for (const auto& p : prompts) streams.push_back(engine.submit(greedy(p, 50)));
     for (auto& st : streams) {
@@ -259,7 +262,7 @@ TEST_CASE("a failing model step fails its batch with kError and the engine goes 
   KvShape wrong = s.model->kv_shape();
   wrong.n_head_kv /= 2;
   KvStore store(s.model->backend(), wrong, dense_config(), 4, 512);
-  Engine engine(*s.model, stories_tokenizer(), store, EngineOptions{});
+  Engine engine(*s.model, demo_tokenizer(), store, EngineOptions{});
   const auto prompts = story_prompts();
   std::vector<std::shared_ptr<TokenStream>> streams;
   for (size_t i = 0; i < 3; ++i) streams.push_back(engine.submit(greedy(prompts[i], 10)));

@@ -1,4 +1,5 @@
-// Forward parity: logits of the real tinystories-656k model and of random-weight Llama, Mistral,
+// Forward parity: logits of the bundled tandem-demo model, the real tinystories-656k model
+// ([shared]) and of random-weight Llama, Mistral,
 // Qwen2, Qwen3 and OPT checkpoints against float64 PyTorch references (scripts/
 // gen_reference_logits.py), for prefill and 16 decode steps; plus chunking and batching
 // invariance of the forward pass.
@@ -8,7 +9,7 @@
 #include "tests/test_model_runs.h"
 
 using namespace tandem;
-using tandem::test::kReferenceModels;
+using tandem::test::kFixtureModels;
 using tandem::test::ReferenceLogits;
 using tandem::test::rel_error;
 
@@ -18,35 +19,50 @@ constexpr double kTol = 1e-4;  // f32 forward against a float64 reference
 
 }  // namespace
 
+namespace {
+
+// The model's logits for the reference prompt (one prefill) and its 16 decode steps against the
+// float64 rows.
+void check_parity(const char* name, Backend& backend) {
+  const ReferenceLogits ref = ReferenceLogits::load(name);
+  auto model = Model::load(ref.model, backend);
+  REQUIRE(model->config().vocab_size == ref.vocab);
+  auto kv = model->new_dense_kv(static_cast<int32_t>(ref.rows + 1));
+  const StepSequence pre{kv.get(), ref.prompt, true};
+  TensorView logits = model->forward(std::span<const StepSequence>(&pre, 1));
+  const int64_t p = static_cast<int64_t>(ref.prompt.size());
+  REQUIRE(logits.dim(0) == p);
+  double worst = 0;
+  for (int64_t r = 0; r < p; ++r)
+    worst = std::max(worst, rel_error(logits.as<float>() + r * ref.vocab, ref.row(r), ref.vocab));
+  INFO("prefill worst relative error " << worst);
+  CHECK(worst < kTol);
+  worst = 0;
+  for (size_t j = 0; j < ref.decode.size(); ++j) {
+    const StepSequence d{kv.get(), std::span<const int32_t>(&ref.decode[j], 1), false};
+    logits = model->forward(std::span<const StepSequence>(&d, 1));
+    worst = std::max(
+        worst, rel_error(logits.as<float>(), ref.row(p + static_cast<int64_t>(j)), ref.vocab));
+  }
+  INFO("decode worst relative error " << worst);
+  CHECK(worst < kTol);
+}
+
+}  // namespace
+
 TEST_CASE("prefill and 16 decode steps match the PyTorch reference", "[model][parity]") {
   auto backend = make_cpu_backend();
-  for (const char* name : kReferenceModels) {
-    DYNAMIC_SECTION(name) {
-      const ReferenceLogits ref = ReferenceLogits::load(name);
-      auto model = Model::load(ref.model, *backend);
-      REQUIRE(model->config().vocab_size == ref.vocab);
-      auto kv = model->new_dense_kv(static_cast<int32_t>(ref.rows + 1));
-      const StepSequence pre{kv.get(), ref.prompt, true};
-      TensorView logits = model->forward(std::span<const StepSequence>(&pre, 1));
-      const int64_t p = static_cast<int64_t>(ref.prompt.size());
-      REQUIRE(logits.dim(0) == p);
-      double worst = 0;
-      for (int64_t r = 0; r < p; ++r)
-        worst =
-            std::max(worst, rel_error(logits.as<float>() + r * ref.vocab, ref.row(r), ref.vocab));
-      INFO("prefill worst relative error " << worst);
-      CHECK(worst < kTol);
-      worst = 0;
-      for (size_t j = 0; j < ref.decode.size(); ++j) {
-        const StepSequence d{kv.get(), std::span<const int32_t>(&ref.decode[j], 1), false};
-        logits = model->forward(std::span<const StepSequence>(&d, 1));
-        worst = std::max(
-            worst, rel_error(logits.as<float>(), ref.row(p + static_cast<int64_t>(j)), ref.vocab));
-      }
-      INFO("decode worst relative error " << worst);
-      CHECK(worst < kTol);
-    }
+  for (const char* name : kFixtureModels) {
+    DYNAMIC_SECTION(name) { check_parity(name, *backend); }
   }
+  // The bundled trained model: real weight and activation ranges.
+  SECTION("tandem-demo") { check_parity("tandem-demo", *backend); }
+}
+
+TEST_CASE("tinystories-656k (../shared): prefill and decode match the PyTorch reference",
+          "[model][parity][shared]") {
+  auto backend = make_cpu_backend();
+  check_parity("tinystories-656k", *backend);
 }
 
 TEST_CASE("chunked prefill and batching leave logits unchanged", "[model]") {

@@ -21,8 +21,8 @@ using namespace tandem::test;
 
 namespace {
 
-const char* kModels[] = {"tinystories-656k", "llama-tiny", "mistral-tiny-bf16-sharded",
-                         "qwen2-tiny",       "qwen3-tiny", "opt-tiny",
+const char* kModels[] = {"tandem-demo",    "llama-tiny", "mistral-tiny-bf16-sharded",
+                         "qwen2-tiny",     "qwen3-tiny", "opt-tiny",
                          "opt-tiny-postln"};
 
 // f32 buffers of N(0, 1) values from one seeded generator.
@@ -88,7 +88,7 @@ TEST_CASE("ahead mode equals parallel when fed the true query", "[hybrid][ahead]
 
 TEST_CASE("sparse policies attend a subset and stay close to dense", "[hybrid][sparse]") {
   auto backend = make_cpu_backend();
-  const ReferenceLogits ref = ReferenceLogits::load("tinystories-656k");
+  const ReferenceLogits ref = ReferenceLogits::load("tandem-demo");
   auto model = Model::load(ref.model, *backend);
   for (SparsePolicy p : {SparsePolicy::kHgca, SparsePolicy::kTopk}) {
     HostStats st;

@@ -170,14 +170,14 @@ TEST_CASE("tandem CMD --help prints the usage and exits 0", "[cli]") {
 
 TEST_CASE("--kv-dtype picks the stored KV type; a bad value is a one-line error", "[cli]") {
   ScratchModel m("llama-tiny");  // only for a scratch folder
-  const std::string model = test::repo_path("../shared/models/tinystories-656k").string();
+  const std::string model = test::repo_path("models/tandem-demo").string();
   for (const char* dt : {"bf16", "f16", "q4"}) {
     CAPTURE(dt);
     const fs::path out = m.dir / "stdout.txt", err = m.dir / "stderr.txt";
     const std::string cmd =
         std::string(TANDEM_TANDEM_BIN) + " run --device cpu --model " + model +
-        " --prompt 'Once upon a time there was a little girl named Lily. She liked to "
-        "play in the park with her friends every day.' --max-tokens 8" +
+        " --prompt 'def add(self, key, value):\n    self.items[key] = value\n    return "
+        "self.items[key]\n\n' --max-tokens 8" +
         " --temperature 0 --window 16 --block 16 --sparse full --kv-dtype " + dt + " > " +
         out.string() + " 2> " + err.string();
     const int status = std::system(cmd.c_str());

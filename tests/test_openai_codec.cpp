@@ -18,8 +18,8 @@ using json = nlohmann::json;
 
 namespace {
 
-const Tokenizer& tiny_tok() {
-  static const Tokenizer t = Tokenizer::load(test::repo_path("../shared/models/tinystories-656k"));
+const Tokenizer& demo_tok() {
+  static const Tokenizer t = Tokenizer::load(test::repo_path("models/tandem-demo"));
   return t;
 }
 
@@ -30,7 +30,7 @@ const ChatTemplate& chatml() {
 
 ModelInfo model_info(int32_t max_len = 512) {
   ModelInfo m;
-  m.tokenizer = &tiny_tok();
+  m.tokenizer = &demo_tok();
   m.chat_template = &chatml();
   m.max_model_len = max_len;
   m.served_name = "tiny";
@@ -114,7 +114,7 @@ TEST_CASE("codec: chat request fields reach the sampling params", "[codec]") {
   CHECK(p.choices[0].prompt == p.prompts[0].ids);
   // The ChatML fallback, tokenized without BOS.
   CHECK(p.prompts[0].ids ==
-        tiny_tok().encode("<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n", false));
+        demo_tok().encode("<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n", false));
 }
 
 TEST_CASE("codec: defaults and null fields", "[codec]") {
@@ -132,7 +132,7 @@ TEST_CASE("codec: defaults and null fields", "[codec]") {
   // Default max_tokens: the rest of the context.
   CHECK(p.choices[0].max_tokens == 100 - static_cast<int32_t>(p.prompts[0].ids.size()));
   CHECK(p.choices[0].top_logprobs == -1);
-  CHECK(p.prompts[0].ids == tiny_tok().encode("Once"));  // BOS added for completions
+  CHECK(p.prompts[0].ids == demo_tok().encode("Once"));  // BOS added for completions
 }
 
 TEST_CASE("codec: completion prompt forms", "[codec]") {
@@ -251,7 +251,7 @@ TEST_CASE("codec: wrong types and out-of-range values name their param", "[codec
 TEST_CASE("codec: context limits and unknown models", "[codec]") {
   const ApiRequest r =
       ok(Endpoint::kCompletions, R"({"prompt": "Once upon a time", "max_tokens": 10})");
-  const int32_t len = static_cast<int32_t>(tiny_tok().encode("Once upon a time").size());
+  const int32_t len = static_cast<int32_t>(demo_tok().encode("Once upon a time").size());
   CHECK(std::holds_alternative<Plan>(plan_request(r, model_info(len + 10))));
   auto over = plan_request(r, model_info(len + 9));
   REQUIRE(std::holds_alternative<ApiError>(over));

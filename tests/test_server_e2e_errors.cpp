@@ -27,8 +27,8 @@ TEST_CASE("e2e: bad input gets 400 with the param", "[e2e][errors]") {
         "messages");
   CHECK(error_of(post("/v1/chat/completions", json::object()), 400)["param"] == "messages");
   CHECK(error_of(post("/v1/completions", json::object()), 400)["param"] == "prompt");
-  // Longer than the context (512 tokens for tinystories-656k).
-  e = error_of(post("/v1/completions", {{"prompt", std::vector<int>(600, 100)}}), 400);
+  // Longer than the context (1024 tokens for tandem-demo).
+  e = error_of(post("/v1/completions", {{"prompt", std::vector<int>(1100, 100)}}), 400);
   CHECK(e["param"] == "prompt");
   CHECK(e["code"] == "context_length_exceeded");
   std::string long_text;
