@@ -161,7 +161,11 @@ constexpr OptionSpec kOptions[] = {
     text("host", kServe, kCmd, "H", "127.0.0.1", "address to listen on"),
     integer("port", kServe, kCmd, "P", "8000", 0, 65535, "port to listen on (0: any free port)"),
     text("api-key", kServe, kCmd, "K", "",
-         "every /v1 route then needs `Authorization: Bearer K` (empty: no authentication)"),
+         "every route but /health (and /metrics with --metrics-public) then needs "
+         "`Authorization: Bearer K` (empty: no authentication)"),
+    flag("metrics-public", kServe, kCmd,
+         "with --api-key, serve /metrics without the key too (for a scraper on a trusted "
+         "network)"),
     text("served-model-name", kServe, kCmd, "NAME", "", "the model's name in the API")
         .computed("the model folder's name"),
     integer("max-batch", kServe, kCmd, "N", "64", 1, 4096, "running sequences at most"),
@@ -172,8 +176,16 @@ constexpr OptionSpec kOptions[] = {
             "requests queued beyond the running ones; more get 429"),
     integer("max-body-bytes", kServe, kCmd, "N", "8388608", 1, int64_t{1} << 34,
             "larger request bodies get 413"),
+    integer("max-header-bytes", kServe, kCmd, "N", "16384", 1024, 1 << 24,
+            "request line + headers larger than this get 431"),
+    number("request-timeout", kServe, kCmd, "S", "30", 0.01, 86400,
+           "seconds to receive a whole request (headers and body) from its first byte; a "
+           "slower client gets 408 and is disconnected"),
+    integer("keep-alive-timeout", kServe, kCmd, "S", "3", 1, 3600,
+            "seconds an idle connection is kept open between requests"),
     integer("http-threads", kServe, kCmd, "N", "", 4, 65536,
-            "HTTP worker threads, one per open connection")
+            "HTTP worker threads, one per open connection: the connection limit (one more "
+            "gets 503 and is closed)")
         .computed("--max-batch + 64, at most 1024"),
     integer("prefill-chunk", kServe, kCmd, "N", "512", 1, 1 << 20,
             "prompt tokens of one sequence per step at most"),
