@@ -281,7 +281,7 @@ GuardedServer::GuardedServer(const ConnectionLimits& limits) : limits_(limits) {
 
 bool GuardedServer::process_and_close_socket(socket_t sock) {
   if (t_refuse) {
-    ++refused_;
+    if (on_refused) on_refused();
     // A fresh socket's send buffer is empty: the short answer fits without blocking.
     const std::string& r = refusal();
     (void)::send(sock, r.data(), r.size(), MSG_DONTWAIT | MSG_NOSIGNAL);

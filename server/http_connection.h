@@ -15,8 +15,8 @@
 
 #include <httplib.h>
 
-#include <atomic>
 #include <cstdint>
+#include <functional>
 
 namespace tandem {
 
@@ -38,15 +38,14 @@ class GuardedServer : public httplib::Server {
  public:
   explicit GuardedServer(const ConnectionLimits& limits);
   int listen_fd() const { return static_cast<int>(svr_sock_); }
-  // Connections refused because every worker was busy.
-  int64_t refused() const { return refused_.load(); }
+  // Called on the accepting thread for each connection refused because every worker was busy.
+  std::function<void()> on_refused;
 
  private:
   // httplib calls this on a pool thread for every accepted socket (a virtual of Server).
   bool process_and_close_socket(socket_t sock) override;
 
   ConnectionLimits limits_;
-  std::atomic<int64_t> refused_{0};
 };
 
 }  // namespace tandem

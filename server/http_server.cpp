@@ -270,8 +270,9 @@ HttpServer::HttpServer(HttpOptions options, openai::ModelInfo model, ServerHooks
       model_(std::move(model)),
       hooks_(std::move(hooks)),
       created_(static_cast<int64_t>(std::time(nullptr))) {
-  httplib::Server& http = impl_->http;
+  GuardedServer& http = impl_->http;
   http.set_tcp_nodelay(true);
+  http.on_refused = [this] { metrics_.connection_refused(); };
 
   // Every handler catches everything: a failure is a 500 error object, never an exception.
   // Requests are counted before their response goes out (a client that reads /metrics after a

@@ -164,10 +164,16 @@ TEST_CASE("connections beyond --http-threads are refused with 503", "[server][li
   INFO(r);
   CHECK(status_of(r) == 503);
   CHECK(r.find("connection limit") != std::string::npos);
+  close(open_socket(s.port()));  // refused too: the counter below says 2
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
   // One hangs up: its worker serves the next connection.
   close(idle.back());
   idle.pop_back();
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  const std::string metrics =
+      round_trip(s.port(), "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+  CHECK(metric(metrics.substr(metrics.find("\r\n\r\n")), "tandem_http_refused_connections_total") ==
+        2);
   CHECK(status_of(round_trip(
             s.port(), "GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")) == 200);
   for (const int fd : idle) close(fd);
