@@ -12,7 +12,6 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
-#include <deque>
 #include <functional>
 #include <mutex>
 #include <string>
@@ -47,22 +46,30 @@ int poll_fd(int fd, short events, int timeout_ms) {
 // to an idle worker or, when none is idle, runs it at once on the accepting thread with t_refuse
 // set (GuardedServer then answers 503 without reading). The accepting thread never blocks on a
 // client: the refusal is one non-blocking send.
+// Idle workers are reused most recent first. glibc's malloc keeps a cache of freed blocks per
+// thread (tcache) and touched stack pages stay resident: handing connections round-robin to all
+// --http-threads workers (as httplib's pool does, through its condition variable) warms every
+// thread in turn, and the server's resident memory crept up for as long as there were cold
+// threads left (~400 bytes per request in a soak). Most-recent-first keeps the work on as few
+// threads as the concurrency needs; the others stay cold.
 class NoQueuePool final : public httplib::TaskQueue {
  public:
-  explicit NoQueuePool(int n) {
-    for (int i = 0; i < n; ++i) threads_.emplace_back([this] { work(); });
+  explicit NoQueuePool(int n) : workers_(static_cast<size_t>(n)) {
+    for (Worker& w : workers_) w.thread = std::thread([this, &w] { work(w); });
     // Connections may arrive as soon as the pool exists: wait until every worker can take one.
     std::unique_lock<std::mutex> lock(mu_);
-    started_.wait(lock, [&] { return idle_ == threads_.size(); });
+    started_.wait(lock, [&] { return idle_.size() == workers_.size(); });
   }
   ~NoQueuePool() override = default;
 
   void enqueue(std::function<void()> fn) override {
     {
       std::lock_guard<std::mutex> lock(mu_);
-      if (!shutdown_ && idle_ > jobs_.size()) {
-        jobs_.push_back(std::move(fn));
-        cv_.notify_one();
+      if (!shutdown_ && !idle_.empty()) {
+        Worker* w = idle_.back();
+        idle_.pop_back();
+        w->job = std::move(fn);
+        w->cv.notify_one();
         return;
       }
     }
@@ -75,21 +82,27 @@ class NoQueuePool final : public httplib::TaskQueue {
     {
       std::lock_guard<std::mutex> lock(mu_);
       shutdown_ = true;
+      for (Worker& w : workers_) w.cv.notify_one();
     }
-    cv_.notify_all();
-    for (std::thread& t : threads_) t.join();
+    for (Worker& w : workers_) w.thread.join();
   }
 
  private:
-  void work() {
+  struct Worker {
+    std::thread thread;
+    std::condition_variable cv;
+    std::function<void()> job;  // set by enqueue while the worker is idle
+  };
+
+  void work(Worker& w) {
     std::unique_lock<std::mutex> lock(mu_);
     for (;;) {
-      if (++idle_ == threads_.size()) started_.notify_all();
-      cv_.wait(lock, [&] { return shutdown_ || !jobs_.empty(); });
-      --idle_;
-      if (jobs_.empty()) return;  // shut down, nothing left to serve
-      std::function<void()> fn = std::move(jobs_.front());
-      jobs_.pop_front();
+      idle_.push_back(&w);
+      if (idle_.size() == workers_.size()) started_.notify_all();
+      w.cv.wait(lock, [&] { return shutdown_ || w.job; });
+      if (!w.job) return;  // shut down while idle
+      std::function<void()> fn = std::move(w.job);
+      w.job = nullptr;
       lock.unlock();
       fn();
       fn = nullptr;  // the connection's state goes before the worker counts as idle
@@ -98,11 +111,10 @@ class NoQueuePool final : public httplib::TaskQueue {
   }
 
   std::mutex mu_;
-  std::condition_variable cv_, started_;
-  std::deque<std::function<void()>> jobs_;
-  size_t idle_ = 0;
+  std::condition_variable started_;
+  std::vector<Worker> workers_;
+  std::vector<Worker*> idle_;  // the most recently idle last
   bool shutdown_ = false;
-  std::vector<std::thread> threads_;
 };
 
 // One connection's socket as httplib reads and writes it. httplib's own SocketStream waits at
