@@ -149,11 +149,14 @@ class LimitedStream final : public httplib::Stream {
     deadline_ = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                    std::chrono::duration<double>(lim_.request_timeout_s));
     hit_ = ReadLimit::kNone;
+    close_ = false;
     in_headers_ = true;
     tail_ = 0;
     header_bytes_ = body_bytes_ = 0;
   }
   ReadLimit hit() const { return hit_; }
+  void close_after_response() { close_ = true; }
+  bool must_close() const { return close_ || hit_ != ReadLimit::kNone; }
 
   // After a refused request: stop sending, then read and drop what the client still sends for
   // a short while, so that closing does not reset the connection before the client read the
@@ -260,6 +263,7 @@ class LimitedStream final : public httplib::Stream {
   size_t pos_ = 0, len_ = 0;  // unread bytes of buf_: [pos_, len_)
   Clock::time_point deadline_;
   ReadLimit hit_ = ReadLimit::kNone;
+  bool close_ = false;  // close_after_response() was called
   bool in_headers_ = true;
   uint32_t tail_ = 0;  // the last four header bytes
   size_t header_bytes_ = 0, body_bytes_ = 0;
@@ -283,6 +287,10 @@ const std::string& refusal() {
 }  // namespace
 
 ReadLimit current_read_limit() { return t_stream ? t_stream->hit() : ReadLimit::kNone; }
+
+void close_after_response() {
+  if (t_stream) t_stream->close_after_response();
+}
 
 GuardedServer::GuardedServer(const ConnectionLimits& limits) : limits_(limits) {
   const int n = std::max(1, limits_.workers);
@@ -309,9 +317,9 @@ bool GuardedServer::process_and_close_socket(socket_t sock) {
     strm.begin_request();
     bool closed = false;
     ok = process_request(strm, left == 1, closed, nullptr);
-    if (!ok || closed || strm.hit() != ReadLimit::kNone) break;
+    if (!ok || closed || strm.must_close()) break;
   }
-  if (strm.hit() != ReadLimit::kNone) strm.drain();
+  if (strm.must_close()) strm.drain();
   t_stream = nullptr;
   ::shutdown(sock, SHUT_RDWR);
   ::close(sock);

@@ -33,6 +33,9 @@ struct ConnectionLimits {
 // request is being served here). HttpServer's error handler turns it into the status.
 enum class ReadLimit : uint8_t { kNone, kHeaderTooLarge, kBodyTooLarge, kTimeout };
 ReadLimit current_read_limit();
+// Closes the connection served on this thread after the response being prepared (a handler that
+// answers without reading a declared body calls it: those bytes cannot be skipped cheaply).
+void close_after_response();
 
 class GuardedServer : public httplib::Server {
  public:

@@ -9,6 +9,7 @@
 #include <sys/socket.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <ctime>
 #include <random>
 
@@ -301,6 +302,20 @@ HttpServer::HttpServer(HttpOptions options, openai::ModelInfo model, ServerHooks
       auto& headers = const_cast<httplib::Request&>(req).headers;
       headers.erase("Content-Type");
       headers.emplace("Content-Type", "application/json");
+    }
+    // A declared body over the limit is refused from the headers. httplib would read (skip) all
+    // of it first, and a client that waits for an answer before sending would wait in vain.
+    const uint64_t length =
+        std::strtoull(req.get_header_value("Content-Length").c_str(), nullptr, 10);
+    if (length > opt_.conn.max_body_bytes) {
+      res.set_header("Connection", "close");
+      reply(res,
+            server_error(
+                413, cat("the request body is larger than ", opt_.conn.max_body_bytes, " bytes"),
+                "request_too_large"));
+      close_after_response();
+      metrics_.request_done(route_label(req.path), 413);
+      return httplib::Server::HandlerResponse::Handled;
     }
     if (opt_.api_key.empty() || open_route(req.path, opt_.metrics_public))
       return httplib::Server::HandlerResponse::Unhandled;
