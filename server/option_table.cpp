@@ -307,6 +307,21 @@ constexpr OptionSpec kOptions[] = {
          "service-level objectives, e.g. `ttft:500 tpot:50` (ttft, tpot, e2el in ms): goodput "
          "counts the requests meeting all")
         .several_words(),
+    number("soak-seconds", kBench, kCmd, "S", "", 1, 1e7,
+           "soak mode: requests back to back for S seconds (streamed, whole, aborted "
+           "mid-stream and malformed ones), counted by status; prints and saves the summary "
+           "instead of the benchmark's figures")
+        .computed("off: --num-prompts requests"),
+    number("abort-ratio", kBench, kCmd, "X", "0.1", 0, 1,
+           "soak: share of requests aborted after their first streamed chunk"),
+    number("malformed-ratio", kBench, kCmd, "X", "0.05", 0, 1,
+           "soak: share of requests with a broken body (each must get a 4xx)"),
+    number("stream-ratio", kBench, kCmd, "X", "0.5", 0, 1,
+           "soak: share of the other requests that are streamed"),
+    integer("soak-pid", kBench, kCmd, "PID", "0", 0, 1 << 30,
+            "soak: the server process whose resident memory is sampled (0: none)"),
+    number("sample-interval", kBench, kCmd, "S", "10", 0.1, 3600,
+           "soak: seconds between memory samples and progress lines"),
     flag("no-warmup", kBench, kCmd, "no warm-up request first"),
     flag("quiet", kBench, kCmd, "no progress lines"),
     flag("disable-tqdm", kBench, kCmd, "no progress lines (vllm's name)"),
