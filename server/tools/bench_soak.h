@@ -1,8 +1,9 @@
 // The soak mode of `tandem bench` (--soak-seconds): a reliability load, not a measurement of
 // speed. Workers send requests back to back for a fixed time to both generation routes (chat and
-// completions, whatever --endpoint says), a mix of streamed and whole responses, some aborted mid-stream (the client hangs up after the first chunk) and some
-// malformed (broken JSON, wrong types, impossible values: each must get a 4xx). It counts every
-// status code, transport error and incomplete answer, and samples the server's resident memory
+// completions, whatever --endpoint says), a mix of streamed and whole responses, some aborted
+// mid-stream (the client hangs up after the first chunk) and some malformed (broken JSON, wrong
+// types, impossible values: each must get a 4xx). It counts every status code, transport error and
+// incomplete answer, and samples the server's resident memory
 // (/proc/PID/status of --soak-pid) with the request count at a fixed interval, so that memory
 // can be read per request. scripts/soak.sh drives it and plots the result.
 #pragma once
