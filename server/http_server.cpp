@@ -9,6 +9,7 @@
 #include <sys/socket.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <ctime>
 #include <random>
 
@@ -56,6 +57,38 @@ ApiError server_error(int status, std::string message, std::string code) {
   return e;
 }
 
+// The error object of a failure httplib answers by itself (res.status set, no body). A read the
+// connection layer cut short reaches here as httplib's 400 (or 413) and gets its own status;
+// the rest of that request is unread, so the connection closes after the answer.
+ApiError http_error(const httplib::Request& req, httplib::Response& res,
+                    const ConnectionLimits& conn) {
+  const ReadLimit limit = current_read_limit();
+  if (limit != ReadLimit::kNone) {
+    res.status = limit == ReadLimit::kHeaderTooLarge ? 431
+                 : limit == ReadLimit::kBodyTooLarge ? 413
+                                                     : 408;
+    res.set_header("Connection", "close");
+  }
+  ApiError e = server_error(res.status, cat("HTTP error ", res.status), "");
+  if (res.status == 404) {
+    e.message = cat("Invalid URL (", req.method, " ", req.path, ")");
+    e.code = "unknown_url";
+  } else if (res.status == 413) {
+    e.message = cat("the request body is larger than ", conn.max_body_bytes, " bytes");
+    e.code = "request_too_large";
+  } else if (res.status == 431) {
+    e.message =
+        cat("the request line and headers are larger than ", conn.max_header_bytes, " bytes");
+    e.code = "headers_too_large";
+  } else if (res.status == 408) {
+    e.message = cat("the request was not received within ", conn.request_timeout_s, " s");
+    e.code = "request_timeout";
+  } else if (res.status == 400) {
+    e.message = "malformed HTTP request";
+  }
+  return e;
+}
+
 // The metrics label of a path: the known routes, else "other".
 std::string route_label(const std::string& path) {
   for (const char* r :
@@ -64,11 +97,25 @@ std::string route_label(const std::string& path) {
   return "other";
 }
 
-bool same_secret(const std::string& a, const std::string& b) {
-  if (a.size() != b.size()) return false;
-  unsigned char d = 0;
-  for (size_t i = 0; i < a.size(); ++i) d |= static_cast<unsigned char>(a[i] ^ b[i]);
+// Whether `given` equals `key`, in a time that depends on given's length only: every byte of
+// `given` is compared with the key repeated to that length, and a length mismatch only sets a bit
+// of the result. An early return on different lengths (or a loop over the key) would tell a
+// client timing its guesses how long the key is. `key` is not empty (no key: no check).
+bool same_secret(const std::string& given, const std::string& key) {
+  const size_t n = key.size();
+  unsigned d = given.size() == n ? 0u : 1u;
+  for (size_t i = 0, j = 0; i < given.size(); ++i) {
+    d |= static_cast<unsigned char>(given[i] ^ key[j]);
+    j = j + 1 == n ? 0 : j + 1;
+  }
   return d == 0;
+}
+
+// The routes a client reaches without the API key: /health always (load balancers and
+// orchestrators probe it without secrets; it tells nothing but "up"), /metrics only when the
+// operator says so (its counters describe the traffic; llama.cpp keeps it behind the key too).
+bool open_route(const std::string& path, bool metrics_public) {
+  return path == "/health" || (metrics_public && path == "/metrics");
 }
 
 }  // namespace
@@ -89,15 +136,9 @@ struct Job {
   }
 };
 
-// httplib's server, with access to its listening socket: 0.11 listens with a backlog of 5,
-// which drops the SYNs of a burst of clients (they retry after a second); bind() raises it.
-class ListeningServer : public httplib::Server {
- public:
-  int listen_fd() const { return static_cast<int>(svr_sock_); }
-};
-
 struct HttpServer::Impl {
-  ListeningServer http;
+  explicit Impl(const ConnectionLimits& limits) : http(limits) {}
+  GuardedServer http;
 
   // Writes the response of a job; returns false when the client went away (its sequences are
   // cancelled then).
@@ -225,17 +266,14 @@ void HttpServer::Impl::generate(HttpServer& self, const httplib::Request& req,
 }
 
 HttpServer::HttpServer(HttpOptions options, openai::ModelInfo model, ServerHooks hooks)
-    : impl_(std::make_unique<Impl>()),
+    : impl_(std::make_unique<Impl>(options.conn)),
       opt_(std::move(options)),
       model_(std::move(model)),
       hooks_(std::move(hooks)),
       created_(static_cast<int64_t>(std::time(nullptr))) {
-  httplib::Server& http = impl_->http;
-  const int threads = std::max(1, opt_.threads);
-  http.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
-  http.set_payload_max_length(opt_.max_body_bytes);
-  http.set_keep_alive_timeout(opt_.keep_alive_seconds);
+  GuardedServer& http = impl_->http;
   http.set_tcp_nodelay(true);
+  http.on_refused = [this] { metrics_.connection_refused(); };
 
   // Every handler catches everything: a failure is a 500 error object, never an exception.
   // Requests are counted before their response goes out (a client that reads /metrics after a
@@ -265,7 +303,21 @@ HttpServer::HttpServer(HttpOptions options, openai::ModelInfo model, ServerHooks
       headers.erase("Content-Type");
       headers.emplace("Content-Type", "application/json");
     }
-    if (opt_.api_key.empty() || req.path == "/health")
+    // A declared body over the limit is refused from the headers. httplib would read (skip) all
+    // of it first, and a client that waits for an answer before sending would wait in vain.
+    const uint64_t length =
+        std::strtoull(req.get_header_value("Content-Length").c_str(), nullptr, 10);
+    if (length > opt_.conn.max_body_bytes) {
+      res.set_header("Connection", "close");
+      reply(res,
+            server_error(
+                413, cat("the request body is larger than ", opt_.conn.max_body_bytes, " bytes"),
+                "request_too_large"));
+      close_after_response();
+      metrics_.request_done(route_label(req.path), 413);
+      return httplib::Server::HandlerResponse::Handled;
+    }
+    if (opt_.api_key.empty() || open_route(req.path, opt_.metrics_public))
       return httplib::Server::HandlerResponse::Unhandled;
     const std::string auth = req.get_header_value("Authorization");
     const std::string prefix = "Bearer ";
@@ -303,22 +355,13 @@ HttpServer::HttpServer(HttpOptions options, openai::ModelInfo model, ServerHooks
              res.set_content(metrics_.render(g), "text/plain; version=0.0.4; charset=utf-8");
            }));
 
-  // httplib's own failures (no route, body too large, bad request line) and anything a handler
-  // left without a body become OpenAI error objects.
+  // httplib's own failures (no route, body too large, bad request line), the connection
+  // layer's limits and anything a handler left without a body become OpenAI error objects.
   http.set_error_handler(httplib::Server::HandlerWithResponse(
       [this](const httplib::Request& req, httplib::Response& res) {
         if (!res.body.empty() || res.content_provider_)
           return httplib::Server::HandlerResponse::Unhandled;
-        ApiError e = server_error(res.status, cat("HTTP error ", res.status), "");
-        if (res.status == 404) {
-          e.message = cat("Invalid URL (", req.method, " ", req.path, ")");
-          e.code = "unknown_url";
-        } else if (res.status == 413) {
-          e.message = cat("the request body is larger than ", opt_.max_body_bytes, " bytes");
-          e.code = "request_too_large";
-        } else if (res.status == 400) {
-          e.message = "malformed HTTP request";
-        }
+        const ApiError e = http_error(req, res, opt_.conn);
         reply(res, e);
         metrics_.request_done(route_label(req.path), e.status);
         return httplib::Server::HandlerResponse::Handled;
@@ -336,7 +379,7 @@ HttpServer::HttpServer(HttpOptions options, openai::ModelInfo model, ServerHooks
 HttpServer::~HttpServer() = default;
 
 int HttpServer::bind() {
-  ListeningServer& http = impl_->http;
+  GuardedServer& http = impl_->http;
   int port = opt_.port;
   if (port == 0) {
     port = http.bind_to_any_port(opt_.host);
@@ -345,7 +388,8 @@ int HttpServer::bind() {
     TANDEM_REQUIRE(http.bind_to_port(opt_.host, port), kIo, "cannot bind ", opt_.host, ":", port,
                    " (in use, or not a local address?)");
   }
-  // Re-listening on a listening socket only changes its backlog.
+  // httplib 0.11 listens with a backlog of 5, which drops the SYNs of a burst of clients (they
+  // retry after a second); re-listening on a listening socket only changes its backlog.
   TANDEM_REQUIRE(::listen(impl_->http.listen_fd(), SOMAXCONN) == 0, kIo, "listen() failed");
   opt_.port = port;
   return port;

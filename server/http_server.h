@@ -13,6 +13,7 @@
 #include <string>
 
 #include "engine/request.h"
+#include "server/http_connection.h"
 #include "server/metrics.h"
 #include "server/openai_codec.h"
 
@@ -20,11 +21,10 @@ namespace tandem {
 
 struct HttpOptions {
   std::string host = "127.0.0.1";
-  int port = 8000;                   // 0: any free port (see bind())
-  std::string api_key;               // empty: no authentication
-  size_t max_body_bytes = 8u << 20;  // larger bodies get 413
-  int threads = 64;                  // HTTP worker threads (one per open connection)
-  int keep_alive_seconds = 3;        // idle keep-alive connections are closed after this
+  int port = 8000;              // 0: any free port (see bind())
+  std::string api_key;          // empty: no authentication
+  bool metrics_public = false;  // with an API key: /metrics served without it too
+  ConnectionLimits conn;        // workers, header and body bytes, deadlines
   openai::CodecLimits limits;
   SamplingParams sampling_defaults;  // the model's generation config
 };

@@ -80,6 +80,11 @@ void ServerMetrics::client_gone() {
   ++disconnects_;
 }
 
+void ServerMetrics::connection_refused() {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++refused_;
+}
+
 void ServerMetrics::sequence_done(int64_t prompt_tokens, int64_t completion_tokens, double ttft,
                                   double e2e) {
   std::lock_guard<std::mutex> lock(mu_);
@@ -112,6 +117,9 @@ std::string ServerMetrics::render(const EngineGauges& g) const {
     metric(out, "tandem_http_disconnects_total", "counter",
            "Clients that hung up before their response ended (their sequences were cancelled).",
            static_cast<double>(disconnects_));
+    metric(out, "tandem_http_refused_connections_total", "counter",
+           "Connections refused with 503 because every HTTP worker was busy (--http-threads).",
+           static_cast<double>(refused_));
     metric(out, "tandem_prompt_tokens_total", "counter", "Prompt tokens of finished sequences.",
            static_cast<double>(prompt_tokens_));
     metric(out, "tandem_generation_tokens_total", "counter",

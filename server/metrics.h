@@ -50,6 +50,7 @@ class ServerMetrics {
 
   void request_done(const std::string& route, int status);
   void client_gone();  // a client hung up before its response ended (its sequences cancelled)
+  void connection_refused();  // a connection beyond the HTTP workers got 503
   // One finished sequence: its token counts and latencies in seconds (ttft < 0: no token came).
   void sequence_done(int64_t prompt_tokens, int64_t completion_tokens, double ttft, double e2e);
   // The Prometheus text, engine gauges included.
@@ -62,6 +63,7 @@ class ServerMetrics {
   std::map<std::pair<std::string, int>, int64_t> requests_;
   int64_t prompt_tokens_ = 0, generation_tokens_ = 0;
   int64_t disconnects_ = 0;
+  int64_t refused_ = 0;
   Histogram ttft_, tpot_, e2e_;
 };
 

@@ -161,7 +161,11 @@ constexpr OptionSpec kOptions[] = {
     text("host", kServe, kCmd, "H", "127.0.0.1", "address to listen on"),
     integer("port", kServe, kCmd, "P", "8000", 0, 65535, "port to listen on (0: any free port)"),
     text("api-key", kServe, kCmd, "K", "",
-         "every /v1 route then needs `Authorization: Bearer K` (empty: no authentication)"),
+         "every route but /health (and /metrics with --metrics-public) then needs "
+         "`Authorization: Bearer K` (empty: no authentication)"),
+    flag("metrics-public", kServe, kCmd,
+         "with --api-key, serve /metrics without the key too (for a scraper on a trusted "
+         "network)"),
     text("served-model-name", kServe, kCmd, "NAME", "", "the model's name in the API")
         .computed("the model folder's name"),
     integer("max-batch", kServe, kCmd, "N", "64", 1, 4096, "running sequences at most"),
@@ -172,8 +176,16 @@ constexpr OptionSpec kOptions[] = {
             "requests queued beyond the running ones; more get 429"),
     integer("max-body-bytes", kServe, kCmd, "N", "8388608", 1, int64_t{1} << 34,
             "larger request bodies get 413"),
+    integer("max-header-bytes", kServe, kCmd, "N", "16384", 1024, 1 << 24,
+            "request line + headers larger than this get 431"),
+    number("request-timeout", kServe, kCmd, "S", "30", 0.01, 86400,
+           "seconds to receive a whole request (headers and body) from its first byte; a "
+           "slower client gets 408 and is disconnected"),
+    integer("keep-alive-timeout", kServe, kCmd, "S", "3", 1, 3600,
+            "seconds an idle connection is kept open between requests"),
     integer("http-threads", kServe, kCmd, "N", "", 4, 65536,
-            "HTTP worker threads, one per open connection")
+            "HTTP worker threads, one per open connection: the connection limit (one more "
+            "gets 503 and is closed)")
         .computed("--max-batch + 64, at most 1024"),
     integer("prefill-chunk", kServe, kCmd, "N", "512", 1, 1 << 20,
             "prompt tokens of one sequence per step at most"),
@@ -295,6 +307,21 @@ constexpr OptionSpec kOptions[] = {
          "service-level objectives, e.g. `ttft:500 tpot:50` (ttft, tpot, e2el in ms): goodput "
          "counts the requests meeting all")
         .several_words(),
+    number("soak-seconds", kBench, kCmd, "S", "", 1, 1e7,
+           "soak mode: requests back to back for S seconds (streamed, whole, aborted "
+           "mid-stream and malformed ones), counted by status; prints and saves the summary "
+           "instead of the benchmark's figures")
+        .computed("off: --num-prompts requests"),
+    number("abort-ratio", kBench, kCmd, "X", "0.1", 0, 1,
+           "soak: share of requests aborted after their first streamed chunk"),
+    number("malformed-ratio", kBench, kCmd, "X", "0.05", 0, 1,
+           "soak: share of requests with a broken body (each must get a 4xx)"),
+    number("stream-ratio", kBench, kCmd, "X", "0.5", 0, 1,
+           "soak: share of the other requests that are streamed"),
+    integer("soak-pid", kBench, kCmd, "PID", "0", 0, 1 << 30,
+            "soak: the server process whose resident memory is sampled (0: none)"),
+    number("sample-interval", kBench, kCmd, "S", "10", 0.1, 3600,
+           "soak: seconds between memory samples and progress lines"),
     flag("no-warmup", kBench, kCmd, "no warm-up request first"),
     flag("quiet", kBench, kCmd, "no progress lines"),
     flag("disable-tqdm", kBench, kCmd, "no progress lines (vllm's name)"),

@@ -134,7 +134,11 @@ TEST_CASE("the table's defaults are the defaults of the structs they fill", "[op
   CHECK(serve.str("host") == ho.host);
   CHECK(serve.integer("port") == ho.port);
   CHECK(serve.str("api-key") == ho.api_key);
-  CHECK(serve.integer("max-body-bytes") == static_cast<int64_t>(ho.max_body_bytes));
+  CHECK(serve.integer("max-body-bytes") == static_cast<int64_t>(ho.conn.max_body_bytes));
+  CHECK(serve.integer("max-header-bytes") == static_cast<int64_t>(ho.conn.max_header_bytes));
+  CHECK(serve.number("request-timeout") == ho.conn.request_timeout_s);
+  CHECK(serve.integer("keep-alive-timeout") == ho.conn.keep_alive_s);
+  CHECK(!ho.metrics_public);
   const Options b(Command::kBench);
   const bench::BenchConfig bc;
   CHECK("http://" + b.str("host") + ":" + std::to_string(b.integer("port")) == bc.base_url);

@@ -1,7 +1,8 @@
 // `tandem bench`: load-tests an OpenAI-compatible server with the flags of `vllm bench serve`
 // (random dataset): prints progress on stderr, the result table on stdout and, with
 // --save-result FILE (or vllm's bare --save-result [--result-dir D] [--result-filename F]), the
-// same figures as JSON. The client itself is server/tools/bench_*.
+// same figures as JSON; with --soak-seconds, the soak mode's summary instead
+// (server/tools/bench_soak.h). The client itself is server/tools/bench_*.
 #include <signal.h>
 
 #include <algorithm>
@@ -16,6 +17,7 @@
 #include "engine/tokenizer/tokenizer.h"
 #include "kernels/common.h"
 #include "server/tools/bench_client.h"
+#include "server/tools/bench_soak.h"
 #include "server/tools/commands.h"
 
 namespace tandem {
@@ -54,6 +56,33 @@ double parse_rate(const std::string& s) {
   TANDEM_REQUIRE(end != s.c_str() && *end == '\0' && (r > 0 || std::isinf(r)), kInvalidArgument,
                  "--request-rate must be a positive number or inf, got \"", s, "\"");
   return std::isinf(r) ? 0 : r;
+}
+
+void save_json(const std::string& path, const nlohmann::json& j) {
+  std::ofstream o(path);
+  TANDEM_REQUIRE(o, kIo, "--save-result: cannot write ", path);
+  o << j.dump(2) << "\n";
+  TANDEM_REQUIRE(o.good(), kIo, "--save-result: error writing ", path);
+}
+
+// --soak-seconds: the summary on stdout and in --save-result FILE.
+int soak(const Options& f, const bench::BenchConfig& cfg,
+         const std::vector<bench::BenchPrompt>& prompts) {
+  bench::SoakConfig sc;
+  sc.seconds = f.number("soak-seconds");
+  sc.abort_ratio = f.number("abort-ratio");
+  sc.malformed_ratio = f.number("malformed-ratio");
+  sc.stream_ratio = f.number("stream-ratio");
+  sc.server_pid = static_cast<int>(f.integer("soak-pid"));
+  sc.sample_interval = f.number("sample-interval");
+  TANDEM_REQUIRE(sc.abort_ratio + sc.malformed_ratio <= 1, kInvalidArgument,
+                 "--abort-ratio + --malformed-ratio must be at most 1");
+  const nlohmann::json summary = bench::run_soak(cfg, sc, prompts);
+  nlohmann::json brief = summary;
+  brief.erase("samples");
+  std::printf("%s\n", brief.dump(2).c_str());
+  if (!f.str("save-result").empty()) save_json(f.str("save-result"), summary);
+  return 0;
 }
 
 }  // namespace
@@ -121,6 +150,7 @@ int cmd_bench(const Options& f) {
                  cfg.max_concurrency > 0 ? std::to_string(cfg.max_concurrency).c_str() : "inf",
                  cfg.request_rate > 0 ? std::to_string(cfg.request_rate).c_str() : "inf");
   const auto prompts = bench::make_random_prompts(cfg, tok.get());
+  if (f.has("soak-seconds")) return soak(f, cfg, prompts);
   bench::BenchOutcome out = bench::run_benchmark(cfg, prompts, tok.get());
   out.tokenizer = tok_dir;
   const nlohmann::json report = bench::report_json(cfg, out);
@@ -152,10 +182,7 @@ int cmd_bench(const Options& f) {
       }
       if (f.has("result-dir")) path = (fs::path(f.str("result-dir")) / path).string();
     }
-    std::ofstream o(path);
-    TANDEM_REQUIRE(o, kIo, "--save-result: cannot write ", path);
-    o << report.dump(2) << "\n";
-    TANDEM_REQUIRE(o.good(), kIo, "--save-result: error writing ", path);
+    save_json(path, report);
   }
   return 0;
 }

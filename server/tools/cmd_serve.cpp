@@ -107,9 +107,13 @@ int cmd_serve(const Options& f) {
   ho.host = f.str("host");
   ho.port = static_cast<int>(f.integer("port"));
   ho.api_key = f.str("api-key");
-  ho.max_body_bytes = static_cast<size_t>(f.integer("max-body-bytes"));
+  ho.metrics_public = f.flag("metrics-public");
+  ho.conn.max_body_bytes = static_cast<size_t>(f.integer("max-body-bytes"));
+  ho.conn.max_header_bytes = static_cast<size_t>(f.integer("max-header-bytes"));
+  ho.conn.request_timeout_s = f.number("request-timeout");
+  ho.conn.keep_alive_s = static_cast<int>(f.integer("keep-alive-timeout"));
   // One worker per open connection: room for a full batch, the queue and a few more.
-  ho.threads =
+  ho.conn.workers =
       static_cast<int>(f.integer("http-threads", std::min<int64_t>(eo.max_batch + 64, 1024)));
   ho.sampling_defaults.temperature = c.gen.temperature;
   ho.sampling_defaults.top_p = c.gen.top_p;
