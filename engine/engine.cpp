@@ -88,7 +88,9 @@ std::shared_ptr<TokenStream> Engine::submit(GenerationRequest req) {
   req.max_tokens =
       static_cast<int32_t>(std::min<int64_t>(req.max_tokens, max_model_len_ - n_prompt));
   const int32_t total = static_cast<int32_t>(n_prompt) + req.max_tokens;
-  const int64_t need = scheduler_.blocks_needed(nullptr, total);
+  // Not the scheduler's blocks_needed(): that plans against the pool, which the engine thread
+  // changes while this caller's thread runs (a data race the thread sanitizer found).
+  const int64_t need = store_.device_blocks_for(total);
   TANDEM_REQUIRE(need <= device_blocks_total_, kInvalidArgument, "a sequence of ", total,
                  " tokens needs ", need, " device KV blocks; the pool has ", device_blocks_total_);
 

@@ -1,6 +1,7 @@
 // KvStore: pools, sequence creation and memory accounting.
 #include "kvstore/kv_store.h"
 
+#include <algorithm>
 #include <limits>
 #include <sstream>
 
@@ -113,6 +114,13 @@ StepPlan KvStore::plan(std::span<const PlanRequest> batch) const {
     return p;
   }
   return plan_hybrid(*shared_, device_->free_blocks(), batch);
+}
+
+int64_t KvStore::device_blocks_for(int32_t tokens) const {
+  if (cfg_.dense || tokens <= 0) return 0;
+  const PlanRequest r{nullptr, tokens, false, false};
+  const StepPlan p = plan_hybrid(*shared_, 0, std::span<const PlanRequest>(&r, 1));
+  return std::max<int64_t>(0, p.device.net());
 }
 
 }  // namespace tandem

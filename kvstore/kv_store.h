@@ -27,6 +27,10 @@ class KvStore final : public KvPlanner {
 
   std::unique_ptr<SequenceKv> new_sequence(int32_t capacity) override;
   StepPlan plan(std::span<const PlanRequest> batch) const override;
+  // Device blocks a new sequence of `tokens` tokens needs at its longest: a function of the
+  // configuration only, so any thread may ask (Engine::submit does while the engine thread
+  // allocates and frees; plan() also reads the pool's free count, which only that thread may).
+  int64_t device_blocks_for(int32_t tokens) const;
   int64_t device_blocks_total() const override { return device_ ? device_->capacity() : 0; }
 
   const KvConfig& config() const { return cfg_; }

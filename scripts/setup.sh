@@ -7,6 +7,9 @@ PACKAGES=(
   build-essential cmake pkg-config git clang-format
   libtbb-dev libspdlog-dev nlohmann-json3-dev libcpp-httplib-dev catch2 libpcre2-dev
   libboost-context-dev
+  # clang and its sanitizer/libFuzzer runtimes: the sanitizer stage of scripts/test.sh
+  # (scripts/sanitize.sh) and the fuzz targets (scripts/fuzz.sh).
+  clang libclang-rt-14-dev
 )
 # Node tools (reference tokenizers, the OpenAI SDK test): Debian's unless node/npm already exist.
 command -v node >/dev/null || PACKAGES+=(nodejs)
