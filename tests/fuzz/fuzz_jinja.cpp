@@ -1,0 +1,44 @@
+// Fuzz target: the Jinja engine, template x context. The input is template bytes, then
+// optionally a NUL byte and a JSON context object (without one: a small default conversation).
+// The template is tokenized, parsed and rendered under the default limits; a tandem::Error
+// (syntax error, render error, limit) is a fine outcome, anything else (a crash, another
+// exception, a sanitizer report, a hang, an allocation past the RSS limit) is a finding.
+#include <cstddef>
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <string_view>
+
+#include "kernels/common.h"
+#include "kernels/json_depth.h"
+#include "server/jinja/interp.h"
+#include "server/jinja/lexer.h"
+#include "server/jinja/parser.h"
+
+using namespace tandem;
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  const std::string_view in(reinterpret_cast<const char*>(data), size);
+  const size_t sep = in.find('\0');
+  const std::string source(in.substr(0, sep));
+  nlohmann::ordered_json ctx = {{"messages",
+                                 {{{"role", "system"}, {"content", "Be brief."}},
+                                  {{"role", "user"}, {"content", "Hi {{ there }} <|im_end|>"}},
+                                  {{"role", "assistant"}, {"content", "Hello."}}}},
+                                {"add_generation_prompt", true},
+                                {"bos_token", "<s>"},
+                                {"eos_token", "</s>"}};
+  if (sep != std::string_view::npos) {
+    // As in the server, where parse_request refuses deeper bodies before anything walks them.
+    if (json_depth(in.substr(sep + 1), kMaxRequestJsonDepth) > kMaxRequestJsonDepth) return 0;
+    ctx = nlohmann::ordered_json::parse(in.substr(sep + 1), nullptr, /*allow_exceptions=*/false);
+    if (!ctx.is_object()) return 0;
+  }
+  try {
+    const auto program = jinja::parse_template(jinja::tokenize(source));
+    const jinja::Value root = jinja::Value::from_json(ctx);
+    (void)jinja::render(program, root.object());
+  } catch (const Error&) {
+  }
+  return 0;
+}
