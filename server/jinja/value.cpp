@@ -46,6 +46,32 @@ const Value* CallArgs::get(size_t i, std::string_view name) const {
   return nullptr;
 }
 
+void Value::release() noexcept {
+  std::vector<Value> pending;
+  // Takes the children of v's container when v holds the only reference; v's own container is
+  // then freed without recursion (its children are empty or scalars).
+  const auto take = [&pending](Value& v) {
+    if (auto* a = std::get_if<ArrPtr>(&v.data_); a && *a && a->use_count() == 1) {
+      for (Value& x : **a)
+        if (x.kind_ == Kind::kArray || x.kind_ == Kind::kObject || x.kind_ == Kind::kNamespace)
+          pending.push_back(std::move(x));
+    } else if (auto* o = std::get_if<ObjPtr>(&v.data_); o && *o && o->use_count() == 1) {
+      for (auto& kv : (*o)->items) {
+        Value& x = kv.second;
+        if (x.kind_ == Kind::kArray || x.kind_ == Kind::kObject || x.kind_ == Kind::kNamespace)
+          pending.push_back(std::move(x));
+      }
+    }
+  };
+  take(*this);
+  while (!pending.empty()) {
+    Value v = std::move(pending.back());
+    pending.pop_back();
+    take(v);
+    v.kind_ = Kind::kUndefined;  // freed here, its nested containers already moved out
+  }
+}
+
 Value Value::none() {
   Value v;
   v.kind_ = Kind::kNone;
@@ -83,22 +109,71 @@ Value Value::from_string(std::string s) {
 Value Value::from_array(Array a) {
   Value v;
   v.kind_ = Kind::kArray;
-  v.data_ = std::make_shared<Array>(std::move(a));
+  auto p = std::make_shared<Array>(std::move(a));
+  CycleCollector::record(p);
+  v.data_ = std::move(p);
   return v;
 }
 
 Value Value::from_object(Object o) {
   Value v;
   v.kind_ = Kind::kObject;
-  v.data_ = std::make_shared<Object>(std::move(o));
+  auto p = std::make_shared<Object>(std::move(o));
+  CycleCollector::record(p);
+  v.data_ = std::move(p);
   return v;
 }
 
 Value Value::new_namespace(Object o) {
   Value v;
   v.kind_ = Kind::kNamespace;
-  v.data_ = std::make_shared<Object>(std::move(o));
+  auto p = std::make_shared<Object>(std::move(o));
+  CycleCollector::record(p);
+  v.data_ = std::move(p);
   return v;
+}
+
+namespace {
+thread_local CycleCollector* active_collector = nullptr;
+}  // namespace
+
+CycleCollector::CycleCollector() : outer_(active_collector) { active_collector = this; }
+
+CycleCollector::~CycleCollector() {
+  active_collector = outer_;
+  // Moving the contents out first: the survivors' values are freed here, one at a time
+  // (Value::release keeps deep chains off the stack).
+  for (const auto& w : arrays_) {
+    if (const auto a = w.lock()) {
+      const Array gone = std::move(*a);
+    }
+  }
+  for (const auto& w : objects_) {
+    if (const auto o = w.lock()) {
+      const Object gone = std::move(*o);
+    }
+  }
+}
+
+void CycleCollector::record(const std::shared_ptr<Array>& a) {
+  if (active_collector == nullptr) return;
+  active_collector->arrays_.push_back(a);
+  active_collector->compact();
+}
+
+void CycleCollector::record(const std::shared_ptr<Object>& o) {
+  if (active_collector == nullptr) return;
+  active_collector->objects_.push_back(o);
+  active_collector->compact();
+}
+
+// Drops the entries of freed containers once the lists have doubled: the lists stay
+// proportional to the live containers however many a loop makes and drops.
+void CycleCollector::compact() {
+  if (arrays_.size() + objects_.size() < compact_at_) return;
+  std::erase_if(arrays_, [](const auto& w) { return w.expired(); });
+  std::erase_if(objects_, [](const auto& w) { return w.expired(); });
+  compact_at_ = std::max<size_t>(1024, 2 * (arrays_.size() + objects_.size()));
 }
 
 Value Value::from_function(Function fn) {
@@ -171,7 +246,18 @@ bool truthy(const Value& v) {
   return false;
 }
 
-bool equals(const Value& a, const Value& b) {
+namespace {
+
+bool equals_at(const Value& a, const Value& b, int depth);
+
+}  // namespace
+
+bool equals(const Value& a, const Value& b) { return equals_at(a, b, 0); }
+
+namespace {
+
+bool equals_at(const Value& a, const Value& b, int depth) {
+  if (depth > kMaxValueDepth) throw JinjaError("value nested too deeply to compare");
   const auto numeric = [](const Value& v) { return v.is_number() || v.is_bool(); };
   if (numeric(a) && numeric(b)) return a.as_double() == b.as_double();
   const auto nullish = [](const Value& v) { return v.is_none() || v.is_undefined(); };
@@ -185,7 +271,7 @@ bool equals(const Value& a, const Value& b) {
       const Array& y = b.array();
       if (x.size() != y.size()) return false;
       for (size_t i = 0; i < x.size(); ++i) {
-        if (!equals(x[i], y[i])) return false;
+        if (!equals_at(x[i], y[i], depth + 1)) return false;
       }
       return true;
     }
@@ -195,7 +281,7 @@ bool equals(const Value& a, const Value& b) {
       if (x.items.size() != y.items.size()) return false;
       for (const auto& [k, v] : x.items) {
         const Value* w = y.find(k);
-        if (w == nullptr || !equals(v, *w)) return false;
+        if (w == nullptr || !equals_at(v, *w, depth + 1)) return false;
       }
       return true;
     }
@@ -207,6 +293,8 @@ bool equals(const Value& a, const Value& b) {
       return false;
   }
 }
+
+}  // namespace
 
 std::string format_float(double d, bool json) {
   if (std::isnan(d)) return json ? "NaN" : "nan";
@@ -306,6 +394,10 @@ void json_string(std::string& out, std::string_view s, bool ensure_ascii) {
 }
 
 void json_value(std::string& out, const Value& v, const JsonOptions& opts, int depth) {
+  // The text grows with every value: a small structure shared many times (x = [x, x] in a
+  // loop) prints exponentially, so the size is checked as it grows, not at the end.
+  check_size(out.size());
+  if (depth > kMaxValueDepth) throw JinjaError("value nested too deeply to print");
   std::string item_sep = ", ";
   std::string key_sep = ": ";
   const bool pretty = opts.indent.has_value() && *opts.indent > 0;

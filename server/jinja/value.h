@@ -27,6 +27,10 @@ class JinjaError : public std::runtime_error {
 
 // No string a template builds (the output included) may exceed this; see check_size().
 constexpr size_t kMaxStringBytes = size_t{16} << 20;
+// Arrays and objects nested deeper than this (a template can nest them without bound, e.g.
+// `set x = [x]` in a loop, or make them contain themselves) are refused by the recursive walks:
+// printing, tojson, comparison.
+constexpr int kMaxValueDepth = 512;
 // Throws JinjaError when a string of n bytes would exceed kMaxStringBytes.
 void check_size(size_t n);
 
@@ -67,6 +71,26 @@ class Value {
   };
 
   Value() = default;  // undefined
+  // A deep chain of arrays/objects is freed without one stack frame per level (release()).
+  ~Value() {
+    if (kind_ == Kind::kArray || kind_ == Kind::kObject || kind_ == Kind::kNamespace) release();
+  }
+  Value(const Value&) = default;
+  Value(Value&&) noexcept = default;
+  Value& operator=(const Value& other) {
+    Value copy(other);
+    swap(copy);  // the old value is freed by ~Value
+    return *this;
+  }
+  Value& operator=(Value&& other) noexcept {
+    Value taken(std::move(other));
+    swap(taken);
+    return *this;
+  }
+  void swap(Value& other) noexcept {
+    std::swap(kind_, other.kind_);
+    data_.swap(other.data_);
+  }
   static Value none();
   static Value from_bool(bool b);
   static Value from_int(int64_t i);
@@ -116,8 +140,36 @@ class Value {
   using ObjPtr = std::shared_ptr<Object>;
   using FnPtr = std::shared_ptr<const Function>;
 
+  // When this is the last holder of its array/object, moves the nested containers out into a
+  // work list and frees them one by one.
+  void release() noexcept;
+
   Kind kind_ = Kind::kUndefined;
   std::variant<std::monostate, bool, int64_t, double, StrPtr, ArrPtr, ObjPtr, FnPtr> data_;
+};
+
+// Reference cycles: a template can make a list or namespace contain itself (`a.append(a)`,
+// `ns.self = ns`), which shared ownership never frees. While a CycleCollector lives on a thread,
+// the arrays and objects made there are recorded (weakly); its destructor empties those still
+// alive, which breaks the cycles. jinja::render() holds one for the whole render, so after it the
+// only survivors are values the template stored into the caller's context (also emptied).
+class CycleCollector {
+ public:
+  CycleCollector();
+  ~CycleCollector();
+  CycleCollector(const CycleCollector&) = delete;
+  CycleCollector& operator=(const CycleCollector&) = delete;
+
+  // Called by Value::from_array / from_object / new_namespace.
+  static void record(const std::shared_ptr<Array>& a);
+  static void record(const std::shared_ptr<Object>& o);
+
+ private:
+  void compact();
+  std::vector<std::weak_ptr<Array>> arrays_;
+  std::vector<std::weak_ptr<Object>> objects_;
+  size_t compact_at_ = 1024;  // entries before expired ones are dropped (doubles)
+  CycleCollector* outer_;
 };
 
 // Python truthiness: undefined/none/false/0/""/[]/{} are false.

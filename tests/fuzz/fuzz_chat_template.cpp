@@ -18,9 +18,10 @@
 #include "server/chat_template.h"
 #include "server/openai_codec.h"
 
-namespace {
+// The harness is a function (tests/test_hostile_input.cpp runs the regression inputs through it
+// in the plain build); the libFuzzer entry point is defined unless TANDEM_FUZZ_NO_ENTRY.
+namespace tandem::fuzz_chat_template {
 
-using namespace tandem;
 using ojson = nlohmann::ordered_json;
 
 std::vector<ChatTemplate> load_templates() {
@@ -42,9 +43,7 @@ std::vector<ChatTemplate> load_templates() {
   return out;
 }
 
-}  // namespace
-
-extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+int run(const uint8_t* data, size_t size) {
   static const std::vector<ChatTemplate> templates = load_templates();
   if (size == 0) return 0;
   const ChatTemplate& tmpl = templates[data[0] % templates.size()];
@@ -62,3 +61,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   return 0;
 }
+
+}  // namespace tandem::fuzz_chat_template
+
+#ifndef TANDEM_FUZZ_NO_ENTRY
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  return tandem::fuzz_chat_template::run(data, size);
+}
+#endif

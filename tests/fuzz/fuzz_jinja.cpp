@@ -15,9 +15,11 @@
 #include "server/jinja/lexer.h"
 #include "server/jinja/parser.h"
 
-using namespace tandem;
+// The harness is a function (tests/test_hostile_input.cpp runs the regression inputs through it
+// in the plain build); the libFuzzer entry point is defined unless TANDEM_FUZZ_NO_ENTRY.
+namespace tandem::fuzz_jinja {
 
-extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+int run(const uint8_t* data, size_t size) {
   const std::string_view in(reinterpret_cast<const char*>(data), size);
   const size_t sep = in.find('\0');
   const std::string source(in.substr(0, sep));
@@ -42,3 +44,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   return 0;
 }
+
+}  // namespace tandem::fuzz_jinja
+
+#ifndef TANDEM_FUZZ_NO_ENTRY
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  return tandem::fuzz_jinja::run(data, size);
+}
+#endif

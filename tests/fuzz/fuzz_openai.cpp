@@ -15,10 +15,11 @@
 #include "server/chat_template.h"
 #include "server/openai_codec.h"
 
-namespace {
+// The harness is a function (tests/test_hostile_input.cpp runs the regression inputs through it
+// in the plain build); the libFuzzer entry point is defined unless TANDEM_FUZZ_NO_ENTRY.
+namespace tandem::fuzz_openai {
 
-using namespace tandem;
-using namespace tandem::openai;
+using namespace ::tandem::openai;
 
 struct Model {
   Tokenizer tokenizer = Tokenizer::load(TANDEM_SOURCE_DIR "/models/tandem-demo");
@@ -41,9 +42,7 @@ void check_status(const ApiError& e) {
   }
 }
 
-}  // namespace
-
-extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+int run(const uint8_t* data, size_t size) {
   static const Model model;
   if (size == 0) return 0;
   const Endpoint endpoint = data[0] % 2 == 0 ? Endpoint::kChat : Endpoint::kCompletions;
@@ -66,3 +65,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (req.stream) (void)enc.sse_start();
   return 0;
 }
+
+}  // namespace tandem::fuzz_openai
+
+#ifndef TANDEM_FUZZ_NO_ENTRY
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  return tandem::fuzz_openai::run(data, size);
+}
+#endif

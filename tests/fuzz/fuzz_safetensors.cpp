@@ -11,9 +11,11 @@
 #include "kernels/common.h"
 #include "models/safetensors.h"
 
-using namespace tandem;
+// The harness is a function (tests/test_hostile_input.cpp runs the regression inputs through it
+// in the plain build); the libFuzzer entry point is defined unless TANDEM_FUZZ_NO_ENTRY.
+namespace tandem::fuzz_safetensors {
 
-extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+int run(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
   const uint8_t* file = data + 1;
   const size_t n = size - 1;
@@ -35,3 +37,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   return 0;
 }
+
+}  // namespace tandem::fuzz_safetensors
+
+#ifndef TANDEM_FUZZ_NO_ENTRY
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  return tandem::fuzz_safetensors::run(data, size);
+}
+#endif

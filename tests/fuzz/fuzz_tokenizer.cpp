@@ -22,9 +22,10 @@
 #include "engine/tokenizer/utf8.h"
 #include "kernels/common.h"
 
-namespace {
+// The harness is a function (tests/test_hostile_input.cpp runs the regression inputs through it
+// in the plain build); the libFuzzer entry point is defined unless TANDEM_FUZZ_NO_ENTRY.
+namespace tandem::fuzz_tokenizer {
 
-using namespace tandem;
 using json = nlohmann::json;
 
 [[noreturn]] void fail(const char* what) {
@@ -155,9 +156,7 @@ void check_repair(std::string_view text, std::string_view sizes) {
   if (utf8::encode(utf8::code_points(text)) != out) fail("encode(code_points) != repair()");
 }
 
-}  // namespace
-
-extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+int run(const uint8_t* data, size_t size) {
   static const std::vector<Tokenizer> tokenizers = load_tokenizers();
   if (size == 0) return 0;
   const uint8_t flags = data[0];
@@ -184,3 +183,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   check_repair(text, text.substr(text.size() / 2));
   return 0;
 }
+
+}  // namespace tandem::fuzz_tokenizer
+
+#ifndef TANDEM_FUZZ_NO_ENTRY
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  return tandem::fuzz_tokenizer::run(data, size);
+}
+#endif

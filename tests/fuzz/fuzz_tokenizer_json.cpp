@@ -12,9 +12,11 @@
 #include "engine/tokenizer/tokenizer.h"
 #include "kernels/common.h"
 
-using namespace tandem;
+// The harness is a function (tests/test_hostile_input.cpp runs the regression inputs through it
+// in the plain build); the libFuzzer entry point is defined unless TANDEM_FUZZ_NO_ENTRY.
+namespace tandem::fuzz_tokenizer_json {
 
-extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+int run(const uint8_t* data, size_t size) {
   const std::string_view in(reinterpret_cast<const char*>(data), size);
   const size_t sep = in.find('\0');
   const std::string_view config = sep == std::string_view::npos ? "" : in.substr(sep + 1);
@@ -37,3 +39,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   return 0;
 }
+
+}  // namespace tandem::fuzz_tokenizer_json
+
+#ifndef TANDEM_FUZZ_NO_ENTRY
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  return tandem::fuzz_tokenizer_json::run(data, size);
+}
+#endif
