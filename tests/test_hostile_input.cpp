@@ -218,3 +218,18 @@ TEST_CASE("a safetensors shape whose element count overflows is refused", "[host
     CHECK(contains(e.what(), "overflow.safetensors: tensor \"w\" has 0 bytes for shape"));
   }
 }
+
+TEST_CASE("Jinja repetition: overflowing and empty sequences times huge counts", "[hostile]") {
+  const auto t0 = std::chrono::steady_clock::now();
+  // 4 * 2^62 wrapped around to 0 bytes and passed the size check, then looped 2^62 times.
+  CHECK(contains(render_error("{{ 'abcd' * 4611686018427387904 }}"), "too long"));
+  CHECK(contains(render_error("{{ ([1, 2, 3, 4] * 4611686018427387904) | length }}"),
+                 "repetition too long"));
+  // An empty string or list repeated 2^63 - 1 times looped that many times.
+  CHECK(ChatTemplate("[{{ '' * 9223372036854775807 }}]").render(ojson::object()) == "[]");
+  CHECK(ChatTemplate("{{ ([] * 9223372036854775807) | length }}").render(ojson::object()) == "0");
+  CHECK(seconds_since(t0) < 2.0);
+  // The strings a render builds are counted: 1000 iterations of 1 MB each pass the step limit.
+  CHECK(contains(render_error("{% for i in range(1000) %}{% set s = 'x' * 1000000 %}{% endfor %}"),
+                 "more than 256 MiB of strings"));
+}

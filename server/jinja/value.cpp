@@ -100,6 +100,7 @@ Value Value::from_float(double f) {
 }
 
 Value Value::from_string(std::string s) {
+  RenderArena::charge_string(s.size());
   Value v;
   v.kind_ = Kind::kString;
   v.data_ = std::make_shared<const std::string>(std::move(s));
@@ -110,7 +111,7 @@ Value Value::from_array(Array a) {
   Value v;
   v.kind_ = Kind::kArray;
   auto p = std::make_shared<Array>(std::move(a));
-  CycleCollector::record(p);
+  RenderArena::record(p);
   v.data_ = std::move(p);
   return v;
 }
@@ -119,7 +120,7 @@ Value Value::from_object(Object o) {
   Value v;
   v.kind_ = Kind::kObject;
   auto p = std::make_shared<Object>(std::move(o));
-  CycleCollector::record(p);
+  RenderArena::record(p);
   v.data_ = std::move(p);
   return v;
 }
@@ -128,19 +129,19 @@ Value Value::new_namespace(Object o) {
   Value v;
   v.kind_ = Kind::kNamespace;
   auto p = std::make_shared<Object>(std::move(o));
-  CycleCollector::record(p);
+  RenderArena::record(p);
   v.data_ = std::move(p);
   return v;
 }
 
 namespace {
-thread_local CycleCollector* active_collector = nullptr;
+thread_local RenderArena* active_arena = nullptr;
 }  // namespace
 
-CycleCollector::CycleCollector() : outer_(active_collector) { active_collector = this; }
+RenderArena::RenderArena() : outer_(active_arena) { active_arena = this; }
 
-CycleCollector::~CycleCollector() {
-  active_collector = outer_;
+RenderArena::~RenderArena() {
+  active_arena = outer_;
   // Moving the contents out first: the survivors' values are freed here, one at a time
   // (Value::release keeps deep chains off the stack).
   for (const auto& w : arrays_) {
@@ -155,21 +156,28 @@ CycleCollector::~CycleCollector() {
   }
 }
 
-void CycleCollector::record(const std::shared_ptr<Array>& a) {
-  if (active_collector == nullptr) return;
-  active_collector->arrays_.push_back(a);
-  active_collector->compact();
+void RenderArena::record(const std::shared_ptr<Array>& a) {
+  if (active_arena == nullptr) return;
+  active_arena->arrays_.push_back(a);
+  active_arena->compact();
 }
 
-void CycleCollector::record(const std::shared_ptr<Object>& o) {
-  if (active_collector == nullptr) return;
-  active_collector->objects_.push_back(o);
-  active_collector->compact();
+void RenderArena::charge_string(size_t bytes) {
+  if (active_arena == nullptr) return;
+  active_arena->string_bytes_ += bytes;
+  if (active_arena->string_bytes_ > kMaxStringWork)
+    throw JinjaError("the template built more than 256 MiB of strings");
+}
+
+void RenderArena::record(const std::shared_ptr<Object>& o) {
+  if (active_arena == nullptr) return;
+  active_arena->objects_.push_back(o);
+  active_arena->compact();
 }
 
 // Drops the entries of freed containers once the lists have doubled: the lists stay
 // proportional to the live containers however many a loop makes and drops.
-void CycleCollector::compact() {
+void RenderArena::compact() {
   if (arrays_.size() + objects_.size() < compact_at_) return;
   std::erase_if(arrays_, [](const auto& w) { return w.expired(); });
   std::erase_if(objects_, [](const auto& w) { return w.expired(); });
@@ -393,25 +401,34 @@ void json_string(std::string& out, std::string_view s, bool ensure_ascii) {
   out.push_back('"');
 }
 
-void json_value(std::string& out, const Value& v, const JsonOptions& opts, int depth) {
+// The separators and indent of one to_json call, worked out once.
+struct JsonLayout {
+  std::string item_sep = ", ";
+  std::string key_sep = ": ";
+  std::string unit;  // one level of indentation; empty: not pretty
+  bool pretty = false;
+  explicit JsonLayout(const JsonOptions& opts) {
+    pretty = opts.indent.has_value() && *opts.indent > 0;
+    if (opts.separators) {
+      item_sep = opts.separators->first;
+      key_sep = opts.separators->second;
+    } else if (pretty) {
+      item_sep = ",";
+    }
+    if (pretty) unit.assign(static_cast<size_t>(*opts.indent), ' ');
+  }
+  void newline(std::string& out, int depth) const {
+    out.push_back('\n');
+    for (int i = 0; i < depth; ++i) out += unit;
+  }
+};
+
+void json_value(std::string& out, const Value& v, const JsonOptions& opts, const JsonLayout& layout,
+                int depth) {
   // The text grows with every value: a small structure shared many times (x = [x, x] in a
   // loop) prints exponentially, so the size is checked as it grows, not at the end.
   check_size(out.size());
   if (depth > kMaxValueDepth) throw JinjaError("value nested too deeply to print");
-  std::string item_sep = ", ";
-  std::string key_sep = ": ";
-  const bool pretty = opts.indent.has_value() && *opts.indent > 0;
-  if (opts.separators) {
-    item_sep = opts.separators->first;
-    key_sep = opts.separators->second;
-  } else if (pretty) {
-    item_sep = ",";
-  }
-  const std::string unit = pretty ? std::string(*opts.indent, ' ') : std::string();
-  std::string base_pad = "\n";
-  for (int i = 0; i < depth; ++i) base_pad += unit;
-  const std::string child_pad = base_pad + unit;
-
   switch (v.kind()) {
     case Value::Kind::kUndefined:
       out += opts.undefined_as_null ? "null" : "undefined";
@@ -437,11 +454,11 @@ void json_value(std::string& out, const Value& v, const JsonOptions& opts, int d
       const Array& a = v.array();
       out.push_back('[');
       for (size_t i = 0; i < a.size(); ++i) {
-        if (i > 0) out += item_sep;
-        if (pretty) out += child_pad;
-        json_value(out, a[i], opts, depth + 1);
+        if (i > 0) out += layout.item_sep;
+        if (layout.pretty) layout.newline(out, depth + 1);
+        json_value(out, a[i], opts, layout, depth + 1);
       }
-      if (pretty && !a.empty()) out += base_pad;
+      if (layout.pretty && !a.empty()) layout.newline(out, depth);
       out.push_back(']');
       return;
     }
@@ -455,13 +472,13 @@ void json_value(std::string& out, const Value& v, const JsonOptions& opts, int d
       }
       out.push_back('{');
       for (size_t i = 0; i < entries.size(); ++i) {
-        if (i > 0) out += item_sep;
-        if (pretty) out += child_pad;
+        if (i > 0) out += layout.item_sep;
+        if (layout.pretty) layout.newline(out, depth + 1);
         json_string(out, entries[i]->first, opts.ensure_ascii);
-        out += key_sep;
-        json_value(out, entries[i]->second, opts, depth + 1);
+        out += layout.key_sep;
+        json_value(out, entries[i]->second, opts, layout, depth + 1);
       }
-      if (pretty && !entries.empty()) out += base_pad;
+      if (layout.pretty && !entries.empty()) layout.newline(out, depth);
       out.push_back('}');
       return;
     }
@@ -474,7 +491,7 @@ void json_value(std::string& out, const Value& v, const JsonOptions& opts, int d
 
 std::string to_json(const Value& v, const JsonOptions& opts) {
   std::string out;
-  json_value(out, v, opts, 0);
+  json_value(out, v, opts, JsonLayout(opts), 0);
   return out;
 }
 

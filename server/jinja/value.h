@@ -148,28 +148,38 @@ class Value {
   std::variant<std::monostate, bool, int64_t, double, StrPtr, ArrPtr, ObjPtr, FnPtr> data_;
 };
 
-// Reference cycles: a template can make a list or namespace contain itself (`a.append(a)`,
-// `ns.self = ns`), which shared ownership never frees. While a CycleCollector lives on a thread,
-// the arrays and objects made there are recorded (weakly); its destructor empties those still
-// alive, which breaks the cycles. jinja::render() holds one for the whole render, so after it the
-// only survivors are values the template stored into the caller's context (also emptied).
-class CycleCollector {
+// What one render may allocate, and reference cycles. jinja::render() holds a RenderArena on its
+// thread for the whole render; outside one nothing is counted or recorded.
+//  - Work: the bytes of all strings a render makes are counted; past kMaxStringWork it fails
+//    (the step limit counts loop iterations, not what each iteration builds: a loop of 1M steps
+//    each making a 16 MiB string would otherwise run for hours).
+//  - Cycles: a template can make a list or namespace contain itself (`a.append(a)`, `ns.me =
+//    ns`), which shared ownership never frees. The arrays and objects made during the render are
+//    recorded (weakly); the destructor empties those still alive, which breaks the cycles. After
+//    a render the only survivors are cycles and values the template stored into the caller's
+//    context (also emptied).
+constexpr size_t kMaxStringWork = size_t{256} << 20;
+
+class RenderArena {
  public:
-  CycleCollector();
-  ~CycleCollector();
-  CycleCollector(const CycleCollector&) = delete;
-  CycleCollector& operator=(const CycleCollector&) = delete;
+  RenderArena();
+  ~RenderArena();
+  RenderArena(const RenderArena&) = delete;
+  RenderArena& operator=(const RenderArena&) = delete;
 
   // Called by Value::from_array / from_object / new_namespace.
   static void record(const std::shared_ptr<Array>& a);
   static void record(const std::shared_ptr<Object>& o);
+  // Called by Value::from_string; throws JinjaError past kMaxStringWork.
+  static void charge_string(size_t bytes);
 
  private:
+  size_t string_bytes_ = 0;
   void compact();
   std::vector<std::weak_ptr<Array>> arrays_;
   std::vector<std::weak_ptr<Object>> objects_;
   size_t compact_at_ = 1024;  // entries before expired ones are dropped (doubles)
-  CycleCollector* outer_;
+  RenderArena* outer_;
 };
 
 // Python truthiness: undefined/none/false/0/""/[]/{} are false.
