@@ -187,6 +187,12 @@ std::string_view arch_name(Arch a) {
 
 RopeTable make_rope_table(int32_t head_dim, double theta, double partial_rotary_factor,
                           const std::string& scaling_json, int32_t max_position) {
+  // Out-of-range settings gave NaN or infinite frequencies (theta <= 0), or undefined behaviour
+  // (a factor of 1e300 cast to int); they are refused instead of loading a wrong model.
+  TANDEM_REQUIRE(std::isfinite(theta) && theta > 0, kInvalidArgument,
+                 "rope_theta must be > 0, got ", theta);
+  TANDEM_REQUIRE(partial_rotary_factor > 0 && partial_rotary_factor <= 1, kInvalidArgument,
+                 "partial_rotary_factor must be in (0, 1], got ", partial_rotary_factor);
   RopeTable t;
   t.head_dim = head_dim;
   t.rotary_dim = static_cast<int32_t>(head_dim * partial_rotary_factor);
@@ -252,15 +258,25 @@ RopeTable make_rope_table(int32_t head_dim, double theta, double partial_rotary_
       TANDEM_FAIL(kUnsupported, "config.json: unsupported rope_scaling type \"", type, "\"");
     }
   }
+  // Whatever the scaling parameters (a factor of 0, equal low/high frequency factors, ...), the
+  // table must be usable: positive, finite frequencies and attention scale.
+  for (double x : inv)
+    TANDEM_REQUIRE(std::isfinite(x) && x > 0, kInvalidArgument,
+                   "the RoPE settings give a non-finite or non-positive frequency (", x,
+                   "): check rope_theta and the scaling parameters");
+  TANDEM_REQUIRE(std::isfinite(t.mscale) && t.mscale > 0, kInvalidArgument,
+                 "the RoPE scaling gives an attention factor of ", t.mscale);
   t.inv_freq.assign(inv.begin(), inv.end());
   return t;
 }
 
 int64_t ModelConfig::n_params() const {
-  const int64_t attn = int64_t{hidden} * head_dim * (2 * n_head_q + 2 * n_head_kv);
-  const int64_t mlp = int64_t{hidden} * ffn * (arch == Arch::kOpt ? 2 : 3);
-  const int64_t emb = int64_t{vocab_size} * (arch == Arch::kOpt ? embed_dim : hidden);
-  return n_layer * (attn + mlp) + emb * (tie_embeddings ? 1 : 2);
+  // In double: every size may be up to 2^30, and the products overflow int64.
+  const double attn = double{1} * hidden * head_dim * (2.0 * n_head_q + 2.0 * n_head_kv);
+  const double mlp = double{1} * hidden * ffn * (arch == Arch::kOpt ? 2 : 3);
+  const double emb = double{1} * vocab_size * (arch == Arch::kOpt ? embed_dim : hidden);
+  const double n = n_layer * (attn + mlp) + emb * (tie_embeddings ? 1 : 2);
+  return n >= 9.2e18 ? INT64_MAX : static_cast<int64_t>(n);
 }
 
 ModelConfig load_config(const std::filesystem::path& dir) {
@@ -324,6 +340,9 @@ ModelConfig parse_config(std::string_view config_text, std::string_view generati
     c.n_head_kv = f.int_or("num_key_value_heads", c.n_head_q);
     c.ffn = f.int_req("intermediate_size");
     c.norm_eps = static_cast<float>(f.num_or("rms_norm_eps", 1e-6));
+    if (!(c.norm_eps >= 0 && c.norm_eps < 1))
+      TANDEM_FAIL(kInvalidArgument, path, ": \"rms_norm_eps\" must be in [0, 1), got ",
+                  f.num_or("rms_norm_eps", 0));
     const std::string act = f.str_or("hidden_act", "silu");
     if (act != "silu" && act != "swish")
       TANDEM_FAIL(kUnsupported, path, ": hidden_act \"", act, "\" is not supported (silu)");
@@ -358,7 +377,7 @@ ModelConfig parse_config(std::string_view config_text, std::string_view generati
       c.rope =
           make_rope_table(c.head_dim, rope.theta, rope.partial, rope.scaling.dump(), c.max_context);
     } catch (const Error& e) {
-      TANDEM_FAIL(kUnsupported, path, ": ", e.what());
+      throw Error(e.kind(), cat(path, ": ", e.what()));
     }
   }
 

@@ -233,3 +233,41 @@ TEST_CASE("Jinja repetition: overflowing and empty sequences times huge counts",
   CHECK(contains(render_error("{% for i in range(1000) %}{% set s = 'x' * 1000000 %}{% endfor %}"),
                  "more than 256 MiB of strings"));
 }
+
+TEST_CASE("config.json values that used to load wrong or hit undefined behaviour", "[hostile]") {
+  const std::string base =
+      read_bytes(fs::path(TANDEM_SOURCE_DIR) / "models/tandem-demo/config.json");
+  const auto with = [&](const std::string& key, const std::string& value) {
+    auto j = nlohmann::json::parse(base);
+    j[key] = nlohmann::json::parse(value);
+    return j.dump();
+  };
+  const auto error_of = [](const std::string& text) -> std::string {
+    try {
+      (void)tandem::parse_config(text, "");
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "";
+  };
+  // 1e300 * head_dim cast to int (undefined behaviour).
+  CHECK(contains(error_of(with("partial_rotary_factor", "1e300")), "partial_rotary_factor"));
+  CHECK(contains(error_of(with("partial_rotary_factor", "0")), "partial_rotary_factor"));
+  // theta <= 0 gave NaN / infinite frequencies and loaded.
+  CHECK(contains(error_of(with("rope_theta", "-1")), "rope_theta must be > 0"));
+  CHECK(contains(error_of(with("rope_theta", "0")), "rope_theta must be > 0"));
+  CHECK(contains(error_of(with("rope_scaling", R"({"rope_type": "linear", "factor": 0})")),
+                 "non-finite"));
+  CHECK(contains(error_of(with("rope_scaling", R"({"rope_type": "llama3", "factor": 8,
+      "low_freq_factor": 2, "high_freq_factor": 2, "original_max_position_embeddings": 64})")),
+                 "non-finite"));
+  CHECK(contains(error_of(with("rms_norm_eps", "1e300")), "rms_norm_eps"));
+  CHECK(error_of(base) == "");
+  // n_params() multiplied sizes of up to 2^30 in int64 (signed overflow).
+  auto big = nlohmann::json::parse(base);
+  for (const char* k : {"hidden_size", "intermediate_size", "num_hidden_layers", "vocab_size"})
+    big[k] = 1 << 30;
+  big["num_attention_heads"] = big["num_key_value_heads"] = 1;
+  big["head_dim"] = 2;
+  CHECK(tandem::parse_config(big.dump(), "").n_params() == INT64_MAX);
+}
