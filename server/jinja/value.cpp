@@ -64,11 +64,14 @@ void Value::release() noexcept {
     }
   };
   take(*this);
+  Value v;
   while (!pending.empty()) {
-    Value v = std::move(pending.back());
+    v.swap(pending.back());
     pending.pop_back();
     take(v);
-    v.kind_ = Kind::kUndefined;  // freed here, its nested containers already moved out
+    // Frees v's container now: its nested containers were moved out above.
+    v.data_ = std::monostate{};
+    v.kind_ = Kind::kUndefined;
   }
 }
 

@@ -65,6 +65,11 @@ int run(const uint8_t* data, size_t size) {
 }  // namespace tandem::fuzz_chat_template
 
 #ifndef TANDEM_FUZZ_NO_ENTRY
+// Loads the models before the first input: libFuzzer's per-input timeout does not apply here.
+extern "C" int LLVMFuzzerInitialize(int*, char***) {
+  return tandem::fuzz_chat_template::run(nullptr, 0);
+}
+
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   return tandem::fuzz_chat_template::run(data, size);
 }
