@@ -7,22 +7,35 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <numbers>
+#include <optional>
+#include <sstream>
+
+#include "kernels/json_depth.h"
 
 namespace tandem {
 namespace {
 
 using json = nlohmann::json;
 
-json read_json_file(const std::filesystem::path& path, bool required) {
-  std::ifstream in(path);
+// The text of a file; nullopt when it does not exist and is not required.
+std::optional<std::string> read_text(const std::filesystem::path& path, bool required) {
+  std::ifstream in(path, std::ios::binary);
   if (!in) {
-    if (!required) return json();
+    if (!required) return std::nullopt;
     TANDEM_FAIL(kNotFound, path.string(), ": file not found");
   }
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+json parse_json(std::string_view text, const std::string& name) {
+  // The rope objects are copied, compared and printed below, recursively.
+  check_json_depth(text, kMaxFileJsonDepth, name);
   try {
-    return json::parse(in);
+    return json::parse(text);
   } catch (const json::exception& e) {
-    TANDEM_FAIL(kInvalidArgument, path.string(), ": invalid JSON: ", e.what());
+    TANDEM_FAIL(kInvalidArgument, name, ": invalid JSON: ", e.what());
   }
 }
 
@@ -174,6 +187,12 @@ std::string_view arch_name(Arch a) {
 
 RopeTable make_rope_table(int32_t head_dim, double theta, double partial_rotary_factor,
                           const std::string& scaling_json, int32_t max_position) {
+  // Out-of-range settings gave NaN or infinite frequencies (theta <= 0), or undefined behaviour
+  // (a factor of 1e300 cast to int); they are refused instead of loading a wrong model.
+  TANDEM_REQUIRE(std::isfinite(theta) && theta > 0, kInvalidArgument,
+                 "rope_theta must be > 0, got ", theta);
+  TANDEM_REQUIRE(partial_rotary_factor > 0 && partial_rotary_factor <= 1, kInvalidArgument,
+                 "partial_rotary_factor must be in (0, 1], got ", partial_rotary_factor);
   RopeTable t;
   t.head_dim = head_dim;
   t.rotary_dim = static_cast<int32_t>(head_dim * partial_rotary_factor);
@@ -239,24 +258,44 @@ RopeTable make_rope_table(int32_t head_dim, double theta, double partial_rotary_
       TANDEM_FAIL(kUnsupported, "config.json: unsupported rope_scaling type \"", type, "\"");
     }
   }
+  // Whatever the scaling parameters (a factor of 0, equal low/high frequency factors, ...), the
+  // table must be usable: positive, finite frequencies and attention scale.
+  for (double x : inv)
+    TANDEM_REQUIRE(std::isfinite(x) && x > 0, kInvalidArgument,
+                   "the RoPE settings give a non-finite or non-positive frequency (", x,
+                   "): check rope_theta and the scaling parameters");
+  TANDEM_REQUIRE(std::isfinite(t.mscale) && t.mscale > 0, kInvalidArgument,
+                 "the RoPE scaling gives an attention factor of ", t.mscale);
   t.inv_freq.assign(inv.begin(), inv.end());
   return t;
 }
 
 int64_t ModelConfig::n_params() const {
-  const int64_t attn = int64_t{hidden} * head_dim * (2 * n_head_q + 2 * n_head_kv);
-  const int64_t mlp = int64_t{hidden} * ffn * (arch == Arch::kOpt ? 2 : 3);
-  const int64_t emb = int64_t{vocab_size} * (arch == Arch::kOpt ? embed_dim : hidden);
-  return n_layer * (attn + mlp) + emb * (tie_embeddings ? 1 : 2);
+  // In double: every size may be up to 2^30, and the products overflow int64.
+  const double attn = double{1} * hidden * head_dim * (2.0 * n_head_q + 2.0 * n_head_kv);
+  const double mlp = double{1} * hidden * ffn * (arch == Arch::kOpt ? 2 : 3);
+  const double emb = double{1} * vocab_size * (arch == Arch::kOpt ? embed_dim : hidden);
+  const double n = n_layer * (attn + mlp) + emb * (tie_embeddings ? 1 : 2);
+  return n >= 9.2e18 ? INT64_MAX : static_cast<int64_t>(n);
 }
 
 ModelConfig load_config(const std::filesystem::path& dir) {
   if (!std::filesystem::is_directory(dir))
     TANDEM_FAIL(kNotFound, dir.string(), ": model folder not found");
   const std::filesystem::path path = dir / "config.json";
-  const json j = read_json_file(path, true);
-  if (!j.is_object()) TANDEM_FAIL(kInvalidArgument, path.string(), ": not a JSON object");
-  const Fields f{j, path.string()};
+  const std::filesystem::path gpath = dir / "generation_config.json";
+  const std::optional<std::string> gen = read_text(gpath, false);
+  if (gen && gen->empty()) TANDEM_FAIL(kInvalidArgument, gpath.string(), ": invalid JSON: empty");
+  return parse_config(*read_text(path, true), gen ? *gen : std::string_view(), path.string(),
+                      gpath.string());
+}
+
+ModelConfig parse_config(std::string_view config_text, std::string_view generation_text,
+                         const std::string& config_name, const std::string& generation_name) {
+  const json j = parse_json(config_text, config_name);
+  const std::string& path = config_name;
+  if (!j.is_object()) TANDEM_FAIL(kInvalidArgument, path, ": not a JSON object");
+  const Fields f{j, path};
 
   ModelConfig c;
   c.model_type = f.str_or("model_type", "");
@@ -269,7 +308,7 @@ ModelConfig load_config(const std::filesystem::path& dir) {
   } else if (c.model_type == "opt") {
     c.arch = Arch::kOpt;
   } else {
-    TANDEM_FAIL(kUnsupported, path.string(), ": unknown model_type \"", c.model_type,
+    TANDEM_FAIL(kUnsupported, path, ": unknown model_type \"", c.model_type,
                 "\" (supported: llama, mistral, qwen2, qwen3, opt)");
   }
 
@@ -293,18 +332,20 @@ ModelConfig load_config(const std::filesystem::path& dir) {
     const bool bias = f.bool_or("enable_bias", true);
     c.qkv_bias = c.o_bias = c.mlp_bias = bias;
     if (f.str_or("activation_function", "relu") != "relu")
-      TANDEM_FAIL(kUnsupported, path.string(), ": OPT activation_function \"",
+      TANDEM_FAIL(kUnsupported, path, ": OPT activation_function \"",
                   f.str_or("activation_function", ""), "\" is not supported (relu only)");
     if (!f.bool_or("layer_norm_elementwise_affine", true))
-      TANDEM_FAIL(kUnsupported, path.string(), ": layer_norm_elementwise_affine=false");
+      TANDEM_FAIL(kUnsupported, path, ": layer_norm_elementwise_affine=false");
   } else {
     c.n_head_kv = f.int_or("num_key_value_heads", c.n_head_q);
     c.ffn = f.int_req("intermediate_size");
     c.norm_eps = static_cast<float>(f.num_or("rms_norm_eps", 1e-6));
+    if (!(c.norm_eps >= 0 && c.norm_eps < 1))
+      TANDEM_FAIL(kInvalidArgument, path, ": \"rms_norm_eps\" must be in [0, 1), got ",
+                  f.num_or("rms_norm_eps", 0));
     const std::string act = f.str_or("hidden_act", "silu");
     if (act != "silu" && act != "swish")
-      TANDEM_FAIL(kUnsupported, path.string(), ": hidden_act \"", act,
-                  "\" is not supported (silu)");
+      TANDEM_FAIL(kUnsupported, path, ": hidden_act \"", act, "\" is not supported (silu)");
     c.qkv_bias = c.arch == Arch::kQwen2 || f.bool_or("attention_bias", false);
     c.o_bias = c.arch != Arch::kQwen2 && f.bool_or("attention_bias", false);
     c.mlp_bias = f.bool_or("mlp_bias", false);
@@ -317,7 +358,7 @@ ModelConfig load_config(const std::filesystem::path& dir) {
     }
   }
   if (c.n_head_kv <= 0 || c.n_head_q % c.n_head_kv != 0)
-    TANDEM_FAIL(kInvalidArgument, path.string(), ": num_attention_heads (", c.n_head_q,
+    TANDEM_FAIL(kInvalidArgument, path, ": num_attention_heads (", c.n_head_q,
                 ") is not a multiple of num_key_value_heads (", c.n_head_kv, ")");
   c.head_dim = f.int_or("head_dim", 0);
   // transformers' Qwen3Config defaults head_dim to 128 whatever the width; Llama, Mistral and
@@ -325,18 +366,18 @@ ModelConfig load_config(const std::filesystem::path& dir) {
   if (c.head_dim == 0 && c.arch == Arch::kQwen3) c.head_dim = 128;
   if (c.head_dim == 0) {
     if (c.hidden % c.n_head_q != 0)
-      TANDEM_FAIL(kInvalidArgument, path.string(), ": hidden_size is not a multiple of heads");
+      TANDEM_FAIL(kInvalidArgument, path, ": hidden_size is not a multiple of heads");
     c.head_dim = c.hidden / c.n_head_q;
   }
-  if (c.head_dim % 2 != 0) TANDEM_FAIL(kUnsupported, path.string(), ": odd head_dim ", c.head_dim);
+  if (c.head_dim % 2 != 0) TANDEM_FAIL(kUnsupported, path, ": odd head_dim ", c.head_dim);
 
   if (c.arch != Arch::kOpt) {
-    const RopeSettings rope = read_rope_settings(j, path.string());
+    const RopeSettings rope = read_rope_settings(j, path);
     try {
       c.rope =
           make_rope_table(c.head_dim, rope.theta, rope.partial, rope.scaling.dump(), c.max_context);
     } catch (const Error& e) {
-      TANDEM_FAIL(kUnsupported, path.string(), ": ", e.what());
+      throw Error(e.kind(), cat(path, ": ", e.what()));
     }
   }
 
@@ -345,10 +386,9 @@ ModelConfig load_config(const std::filesystem::path& dir) {
                  : -1;
   if (f.has("eos_token_id")) c.eos_ids = ids_of(j["eos_token_id"]);
 
-  const std::filesystem::path gpath = dir / "generation_config.json";
-  const json g = read_json_file(gpath, false);
+  const json g = generation_text.empty() ? json() : parse_json(generation_text, generation_name);
   if (g.is_object()) {
-    const Fields gf{g, gpath.string()};
+    const Fields gf{g, generation_name};
     if (gf.has("eos_token_id")) c.eos_ids = ids_of(g["eos_token_id"]);
     if (gf.has("bos_token_id") && g["bos_token_id"].is_number_integer())
       c.bos_id = g["bos_token_id"].get<int32_t>();

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "kernels/backend.h"
@@ -55,6 +56,11 @@ struct ModelConfig {
 // Reads dir/config.json and dir/generation_config.json (optional). Throws tandem::Error with a
 // one-line message naming the file on anything missing, malformed or unsupported.
 ModelConfig load_config(const std::filesystem::path& dir);
+// The same from the files' text (generation_text empty: no generation_config.json); the names
+// are what errors call the files.
+ModelConfig parse_config(std::string_view config_text, std::string_view generation_text,
+                         const std::string& config_name = "config.json",
+                         const std::string& generation_name = "generation_config.json");
 
 // inv_freq for head_dim / theta / a rope scaling object (config.json's "rope_scaling" or
 // transformers 5's "rope_parameters"; exposed for tests).

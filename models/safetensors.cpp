@@ -13,6 +13,9 @@
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "kernels/json_depth.h"
 
 namespace tandem {
 namespace {
@@ -67,31 +70,36 @@ MappedFile::~MappedFile() {
   if (data_ != nullptr) ::munmap(const_cast<uint8_t*>(data_), size_);
 }
 
-void TensorStore::add_file(const std::filesystem::path& path) {
-  auto file = std::make_unique<MappedFile>(path);
-  const std::string& name = file->path();
-  if (file->size() < 8) TANDEM_FAIL(kInvalidArgument, name, ": truncated (no safetensors header)");
+SafetensorsHeader parse_safetensors(const uint8_t* data, size_t size, const std::string& name) {
+  if (size < 8) TANDEM_FAIL(kInvalidArgument, name, ": truncated (no safetensors header)");
   uint64_t header_len = 0;
-  std::memcpy(&header_len, file->data(), 8);
-  if (header_len > file->size() - 8)
+  std::memcpy(&header_len, data, 8);
+  if (header_len > size - 8)
     TANDEM_FAIL(kInvalidArgument, name, ": truncated (header of ", header_len, " bytes, file of ",
-                file->size(), ")");
+                size, ")");
+  if (header_len > kMaxSafetensorsHeaderBytes)
+    TANDEM_FAIL(kInvalidArgument, name, ": safetensors header of ", header_len, " bytes (at most ",
+                kMaxSafetensorsHeaderBytes, ")");
+  const std::string_view text(reinterpret_cast<const char*>(data) + 8, header_len);
+  check_json_depth(text, kMaxFileJsonDepth, name);
   json header;
   try {
-    header = json::parse(file->data() + 8, file->data() + 8 + header_len);
+    header = json::parse(text);
   } catch (const json::exception& e) {
     TANDEM_FAIL(kInvalidArgument, name, ": invalid safetensors header: ", e.what());
   }
   if (!header.is_object()) TANDEM_FAIL(kInvalidArgument, name, ": header is not a JSON object");
-  const uint8_t* base = file->data() + 8 + header_len;
-  const uint64_t data_size = file->size() - 8 - header_len;
+  const uint8_t* base = data + 8 + header_len;
+  const uint64_t data_size = size - 8 - header_len;
 
+  SafetensorsHeader out;
   for (auto it = header.begin(); it != header.end(); ++it) {
     if (it.key() == "__metadata__") {
       // Some writers record tied tensors as metadata aliases: {"embed": "lm_head"}.
       if (it.value().is_object())
         for (auto m = it.value().begin(); m != it.value().end(); ++m)
-          if (m.value().is_string()) aliases_[m.key()] = m.value().get<std::string>();
+          if (m.value().is_string())
+            out.aliases.emplace_back(m.key(), m.value().get<std::string>());
       continue;
     }
     const json& t = it.value();
@@ -102,12 +110,15 @@ void TensorStore::add_file(const std::filesystem::path& path) {
     TensorEntry e;
     e.dtype_name = t["dtype"].get<std::string>();
     e.dtype_ok = parse_dtype(e.dtype_name, &e.dtype);
-    int64_t numel = 1;
+    // The element count may not overflow: a shape whose bytes exceed the data is refused below,
+    // but only if the product was computed without wrapping around.
+    uint64_t numel = 1;
+    bool overflow = false;
     for (const json& d : t["shape"]) {
       if (!d.is_number_integer() || d.get<int64_t>() < 0)
         TANDEM_FAIL(kInvalidArgument, name, ": bad shape for tensor \"", it.key(), "\"");
       e.shape.push_back(d.get<int64_t>());
-      numel *= e.shape.back();
+      overflow |= __builtin_mul_overflow(numel, static_cast<uint64_t>(e.shape.back()), &numel);
     }
     const json& off = t["data_offsets"];
     if (!off[0].is_number_unsigned() || !off[1].is_number_unsigned())
@@ -116,12 +127,46 @@ void TensorStore::add_file(const std::filesystem::path& path) {
     if (begin > end || end > data_size)
       TANDEM_FAIL(kInvalidArgument, name, ": truncated: tensor \"", it.key(),
                   "\" needs bytes up to ", end, " but the file has ", data_size, " bytes of data");
-    if (e.dtype_ok && static_cast<uint64_t>(numel * dtype_size(e.dtype)) != end - begin)
+    uint64_t bytes = 0;
+    if (e.dtype_ok &&
+        (overflow ||
+         __builtin_mul_overflow(numel, static_cast<uint64_t>(dtype_size(e.dtype)), &bytes) ||
+         bytes != end - begin))
       TANDEM_FAIL(kInvalidArgument, name, ": tensor \"", it.key(), "\" has ", end - begin,
                   " bytes for shape ", shape_str(e.shape), " of ", e.dtype_name);
     e.data = base + begin;
+    out.tensors.emplace_back(it.key(), std::move(e));
+  }
+  return out;
+}
+
+std::vector<std::pair<std::string, std::string>> parse_safetensors_index(std::string_view text,
+                                                                         const std::string& name) {
+  check_json_depth(text, kMaxFileJsonDepth, name);
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const json::exception& e) {
+    TANDEM_FAIL(kInvalidArgument, name, ": invalid JSON: ", e.what());
+  }
+  if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
+    TANDEM_FAIL(kInvalidArgument, name, ": missing \"weight_map\"");
+  std::vector<std::pair<std::string, std::string>> out;
+  for (auto it = j["weight_map"].begin(); it != j["weight_map"].end(); ++it) {
+    if (!it.value().is_string())
+      TANDEM_FAIL(kInvalidArgument, name, ": bad weight_map entry \"", it.key(), "\"");
+    out.emplace_back(it.key(), it.value().get<std::string>());
+  }
+  return out;
+}
+
+void TensorStore::add_file(const std::filesystem::path& path) {
+  auto file = std::make_unique<MappedFile>(path);
+  SafetensorsHeader h = parse_safetensors(file->data(), file->size(), file->path());
+  for (auto& [alias, stored] : h.aliases) aliases_[alias] = stored;
+  for (auto& [tname, e] : h.tensors) {
     e.file = file.get();
-    tensors_[it.key()] = std::move(e);
+    tensors_[tname] = std::move(e);
   }
   files_.push_back(std::move(file));
 }
@@ -131,21 +176,13 @@ TensorStore TensorStore::open(const std::filesystem::path& dir) {
   s.dir_ = dir;
   const std::filesystem::path index = dir / "model.safetensors.index.json";
   if (std::filesystem::exists(index)) {
-    std::ifstream in(index);
-    json j;
-    try {
-      j = json::parse(in);
-    } catch (const json::exception& e) {
-      TANDEM_FAIL(kInvalidArgument, index.string(), ": invalid JSON: ", e.what());
-    }
-    if (!j.contains("weight_map") || !j["weight_map"].is_object())
-      TANDEM_FAIL(kInvalidArgument, index.string(), ": missing \"weight_map\"");
+    std::ifstream in(index, std::ios::binary);
+    std::ostringstream text;
+    text << in.rdbuf();
+    if (!in) TANDEM_FAIL(kIo, index.string(), ": cannot read");
+    const auto weight_map = parse_safetensors_index(text.str(), index.string());
     std::map<std::string, int> shards;
-    for (auto it = j["weight_map"].begin(); it != j["weight_map"].end(); ++it) {
-      if (!it.value().is_string())
-        TANDEM_FAIL(kInvalidArgument, index.string(), ": bad weight_map entry \"", it.key(), "\"");
-      shards[it.value().get<std::string>()] = 1;
-    }
+    for (const auto& [tensor, shard] : weight_map) shards[shard] = 1;
     for (const auto& [shard, unused] : shards) {
       const std::filesystem::path p = dir / shard;
       if (!std::filesystem::exists(p))
@@ -153,10 +190,10 @@ TensorStore TensorStore::open(const std::filesystem::path& dir) {
                     " not found");
       s.add_file(p);
     }
-    for (auto it = j["weight_map"].begin(); it != j["weight_map"].end(); ++it)
-      if (!s.tensors_.count(it.key()))
-        TANDEM_FAIL(kInvalidArgument, (dir / it.value().get<std::string>()).string(), ": tensor \"",
-                    it.key(), "\" listed in the index is not in the shard");
+    for (const auto& [tensor, shard] : weight_map)
+      if (!s.tensors_.count(tensor))
+        TANDEM_FAIL(kInvalidArgument, (dir / shard).string(), ": tensor \"", tensor,
+                    "\" listed in the index is not in the shard");
   } else {
     std::vector<std::filesystem::path> files;
     if (std::filesystem::is_directory(dir))

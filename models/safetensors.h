@@ -6,7 +6,9 @@
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "kernels/tensor.h"
@@ -38,6 +40,22 @@ struct TensorEntry {
   const void* data = nullptr;
   const MappedFile* file = nullptr;
 };
+
+// The parsed header of one safetensors file held in memory (data, size): its tensors, with data
+// pointers into `data` (TensorEntry::file left null), and the __metadata__ aliases. Checks that
+// every tensor's bytes lie inside the data. Throws tandem::Error(kInvalidArgument) naming `name`.
+struct SafetensorsHeader {
+  std::vector<std::pair<std::string, TensorEntry>> tensors;
+  std::vector<std::pair<std::string, std::string>> aliases;  // alias -> stored name
+};
+// Headers larger than this are refused (the limit of the reference implementation).
+constexpr uint64_t kMaxSafetensorsHeaderBytes = 100'000'000;
+SafetensorsHeader parse_safetensors(const uint8_t* data, size_t size, const std::string& name);
+
+// The weight_map of model.safetensors.index.json text: (tensor, shard file) pairs. Throws
+// tandem::Error(kInvalidArgument) naming `name`.
+std::vector<std::pair<std::string, std::string>> parse_safetensors_index(std::string_view text,
+                                                                         const std::string& name);
 
 class TensorStore {
  public:

@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "engine/tokenizer/utf8.h"
+#include "kernels/json_depth.h"
 
 namespace tandem::openai {
 
@@ -300,6 +301,11 @@ std::variant<ApiRequest, ApiError> parse_request(Endpoint endpoint, std::string_
                                                  const SamplingParams& defaults,
                                                  const CodecLimits& limits) {
   if (!utf8::is_valid(body_text)) return invalid_request("the request body is not valid UTF-8");
+  // Messages, tools and template kwargs are copied and converted recursively below, one stack
+  // frame per level: a body of 8 MB of '[' would overflow the stack (and parse into gigabytes).
+  if (json_depth(body_text, kMaxRequestJsonDepth) > kMaxRequestJsonDepth)
+    return invalid_request(
+        cat("the request body is nested deeper than ", kMaxRequestJsonDepth, " levels"));
   ojson body;
   try {
     body = ojson::parse(body_text);

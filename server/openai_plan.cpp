@@ -1,6 +1,7 @@
 // The OpenAI codec, planning: a validated ApiRequest to GenerationRequests, one per choice —
 // the chat template renders the messages, the tokenizer encodes the prompt, the context length is
 // checked. Every failure is an ApiError, never an exception.
+#include <optional>
 #include <variant>
 
 #include "engine/tokenizer/tokenizer.h"
@@ -13,6 +14,19 @@ namespace tandem::openai {
 using ojson = nlohmann::ordered_json;
 
 namespace {
+
+// Prompt text (a rendered chat or a completions prompt) longer than this is refused before it is
+// tokenized: no served context holds that much (a token is rarely under 2 bytes), and
+// tokenizing it would only cost seconds. The chat template's own cap is 16 MiB per string.
+constexpr size_t kMaxPromptBytes = size_t{8} << 20;
+
+std::optional<ApiError> check_prompt_size(const std::string& text, const char* param) {
+  if (text.size() <= kMaxPromptBytes) return std::nullopt;
+  ApiError e = invalid_request(
+      cat("the prompt is ", text.size(), " bytes of text; at most ", kMaxPromptBytes), param);
+  e.code = "context_length_exceeded";
+  return e;
+}
 
 // Text the tokenizer refuses (its pre-tokenizer regex ran out of steps on it) is the client's
 // problem: a 400 naming the parameter, not a 500 or a hung request.
@@ -52,6 +66,7 @@ std::variant<Plan, ApiError> plan_request(const ApiRequest& req, const ModelInfo
     } catch (const std::exception& e) {
       return invalid_request(cat("the chat template failed: ", e.what()), param);
     }
+    if (auto e = check_prompt_size(p.text, param)) return *e;
     // The template writes BOS itself where the model wants one (as HF apply_chat_template).
     const auto ids = encode(tok, p.text, /*add_special=*/false, param);
     if (auto* e = std::get_if<ApiError>(&ids)) return *e;
@@ -71,6 +86,7 @@ std::variant<Plan, ApiError> plan_request(const ApiRequest& req, const ModelInfo
         p.text = tok.decode(p.ids, /*skip_special=*/true);
       } else {
         p.text = in.text;
+        if (auto e = check_prompt_size(p.text, param)) return *e;
         const auto ids = encode(tok, in.text, /*add_special=*/true, param);
         if (auto* e = std::get_if<ApiError>(&ids)) return *e;
         p.ids = std::get<std::vector<int32_t>>(ids);

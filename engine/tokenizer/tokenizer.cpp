@@ -14,6 +14,7 @@
 #include "engine/tokenizer/unicode.h"
 #include "engine/tokenizer/utf8.h"
 #include "kernels/common.h"
+#include "kernels/json_depth.h"
 
 namespace tandem {
 namespace tok {
@@ -124,11 +125,13 @@ std::string read_file(const std::filesystem::path& path) {
 }
 
 json parse_json(std::string_view text, const std::string& where) {
+  // The pipeline objects (Sequence of Sequence ...) are built recursively.
+  check_json_depth(text, kMaxFileJsonDepth, where);
   json j = json::parse(text, nullptr, false);
   if (j.is_discarded()) {
     try {
       const json strict = json::parse(text);  // throws the parse error with its position
-    } catch (const json::parse_error& e) {
+    } catch (const json::exception& e) {      // a parse_error, or out_of_range for 1e400
       TANDEM_FAIL(kInvalidArgument, where, ": invalid JSON: ", e.what());
     }
     TANDEM_FAIL(kInvalidArgument, where, ": invalid JSON");

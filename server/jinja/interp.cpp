@@ -415,6 +415,7 @@ class Interpreter {
 
 std::string render(const std::vector<NodePtr>& program, const Object& context,
                    const RenderLimits& limits) {
+  const RenderArena arena;  // outlives the interpreter and its scopes
   return Interpreter(context, limits).run(program);
 }
 

@@ -1,6 +1,7 @@
 // Binary operators of the chat-template Jinja engine (see server/jinja/operators.h).
 #include "server/jinja/operators.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "server/jinja/builtins.h"
@@ -87,16 +88,23 @@ bool contains(const Value& container, const Value& item) {
 
 Value repeat(const Value& seq, int64_t n) {
   if (n < 0) n = 0;
+  const size_t len = seq.is_string() ? seq.str().size() : seq.array().size();
+  // The size is multiplied with an overflow check ('abcd' * 2**62 wraps around to 0), and an
+  // empty sequence is not looped over n times ('' * 2**63 would never end).
+  size_t total = 0;
+  if (__builtin_mul_overflow(len, static_cast<uint64_t>(n), &total) || total > kMaxStringBytes)
+    throw JinjaError(seq.is_string() ? "string too long (limit 16 MiB)"
+                                     : "list repetition too long");
+  if (total == 0) return seq.is_string() ? Value::from_string("") : Value::from_array({});
   if (seq.is_string()) {
-    check_size(seq.str().size() * static_cast<size_t>(n));
     std::string out;
-    for (int64_t i = 0; i < n; ++i) out += seq.str();
+    out.reserve(total);
+    out = seq.str();
+    while (out.size() < total) out.append(out, 0, std::min(out.size(), total - out.size()));
     return Value::from_string(std::move(out));
   }
-  if (seq.array().size() * static_cast<size_t>(n) > kMaxStringBytes) {
-    throw JinjaError("list repetition too long");
-  }
   Array out;
+  out.reserve(total);
   for (int64_t i = 0; i < n; ++i) out.insert(out.end(), seq.array().begin(), seq.array().end());
   return Value::from_array(std::move(out));
 }

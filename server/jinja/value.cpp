@@ -46,6 +46,35 @@ const Value* CallArgs::get(size_t i, std::string_view name) const {
   return nullptr;
 }
 
+void Value::release() noexcept {
+  std::vector<Value> pending;
+  // Takes the children of v's container when v holds the only reference; v's own container is
+  // then freed without recursion (its children are empty or scalars).
+  const auto take = [&pending](Value& v) {
+    if (auto* a = std::get_if<ArrPtr>(&v.data_); a && *a && a->use_count() == 1) {
+      for (Value& x : **a)
+        if (x.kind_ == Kind::kArray || x.kind_ == Kind::kObject || x.kind_ == Kind::kNamespace)
+          pending.push_back(std::move(x));
+    } else if (auto* o = std::get_if<ObjPtr>(&v.data_); o && *o && o->use_count() == 1) {
+      for (auto& kv : (*o)->items) {
+        Value& x = kv.second;
+        if (x.kind_ == Kind::kArray || x.kind_ == Kind::kObject || x.kind_ == Kind::kNamespace)
+          pending.push_back(std::move(x));
+      }
+    }
+  };
+  take(*this);
+  Value v;
+  while (!pending.empty()) {
+    v.swap(pending.back());
+    pending.pop_back();
+    take(v);
+    // Frees v's container now: its nested containers were moved out above.
+    v.data_ = std::monostate{};
+    v.kind_ = Kind::kUndefined;
+  }
+}
+
 Value Value::none() {
   Value v;
   v.kind_ = Kind::kNone;
@@ -74,6 +103,7 @@ Value Value::from_float(double f) {
 }
 
 Value Value::from_string(std::string s) {
+  RenderArena::charge_string(s.size());
   Value v;
   v.kind_ = Kind::kString;
   v.data_ = std::make_shared<const std::string>(std::move(s));
@@ -83,22 +113,78 @@ Value Value::from_string(std::string s) {
 Value Value::from_array(Array a) {
   Value v;
   v.kind_ = Kind::kArray;
-  v.data_ = std::make_shared<Array>(std::move(a));
+  auto p = std::make_shared<Array>(std::move(a));
+  RenderArena::record(p);
+  v.data_ = std::move(p);
   return v;
 }
 
 Value Value::from_object(Object o) {
   Value v;
   v.kind_ = Kind::kObject;
-  v.data_ = std::make_shared<Object>(std::move(o));
+  auto p = std::make_shared<Object>(std::move(o));
+  RenderArena::record(p);
+  v.data_ = std::move(p);
   return v;
 }
 
 Value Value::new_namespace(Object o) {
   Value v;
   v.kind_ = Kind::kNamespace;
-  v.data_ = std::make_shared<Object>(std::move(o));
+  auto p = std::make_shared<Object>(std::move(o));
+  RenderArena::record(p);
+  v.data_ = std::move(p);
   return v;
+}
+
+namespace {
+thread_local RenderArena* active_arena = nullptr;
+}  // namespace
+
+RenderArena::RenderArena() : outer_(active_arena) { active_arena = this; }
+
+RenderArena::~RenderArena() {
+  active_arena = outer_;
+  // Moving the contents out first: the survivors' values are freed here, one at a time
+  // (Value::release keeps deep chains off the stack).
+  for (const auto& w : arrays_) {
+    if (const auto a = w.lock()) {
+      const Array gone = std::move(*a);
+    }
+  }
+  for (const auto& w : objects_) {
+    if (const auto o = w.lock()) {
+      const Object gone = std::move(*o);
+    }
+  }
+}
+
+void RenderArena::record(const std::shared_ptr<Array>& a) {
+  if (active_arena == nullptr) return;
+  active_arena->arrays_.push_back(a);
+  active_arena->compact();
+}
+
+void RenderArena::charge_string(size_t bytes) {
+  if (active_arena == nullptr) return;
+  active_arena->string_bytes_ += bytes;
+  if (active_arena->string_bytes_ > kMaxStringWork)
+    throw JinjaError("the template built more than 256 MiB of strings");
+}
+
+void RenderArena::record(const std::shared_ptr<Object>& o) {
+  if (active_arena == nullptr) return;
+  active_arena->objects_.push_back(o);
+  active_arena->compact();
+}
+
+// Drops the entries of freed containers once the lists have doubled: the lists stay
+// proportional to the live containers however many a loop makes and drops.
+void RenderArena::compact() {
+  if (arrays_.size() + objects_.size() < compact_at_) return;
+  std::erase_if(arrays_, [](const auto& w) { return w.expired(); });
+  std::erase_if(objects_, [](const auto& w) { return w.expired(); });
+  compact_at_ = std::max<size_t>(1024, 2 * (arrays_.size() + objects_.size()));
 }
 
 Value Value::from_function(Function fn) {
@@ -171,7 +257,18 @@ bool truthy(const Value& v) {
   return false;
 }
 
-bool equals(const Value& a, const Value& b) {
+namespace {
+
+bool equals_at(const Value& a, const Value& b, int depth);
+
+}  // namespace
+
+bool equals(const Value& a, const Value& b) { return equals_at(a, b, 0); }
+
+namespace {
+
+bool equals_at(const Value& a, const Value& b, int depth) {
+  if (depth > kMaxValueDepth) throw JinjaError("value nested too deeply to compare");
   const auto numeric = [](const Value& v) { return v.is_number() || v.is_bool(); };
   if (numeric(a) && numeric(b)) return a.as_double() == b.as_double();
   const auto nullish = [](const Value& v) { return v.is_none() || v.is_undefined(); };
@@ -185,7 +282,7 @@ bool equals(const Value& a, const Value& b) {
       const Array& y = b.array();
       if (x.size() != y.size()) return false;
       for (size_t i = 0; i < x.size(); ++i) {
-        if (!equals(x[i], y[i])) return false;
+        if (!equals_at(x[i], y[i], depth + 1)) return false;
       }
       return true;
     }
@@ -195,7 +292,7 @@ bool equals(const Value& a, const Value& b) {
       if (x.items.size() != y.items.size()) return false;
       for (const auto& [k, v] : x.items) {
         const Value* w = y.find(k);
-        if (w == nullptr || !equals(v, *w)) return false;
+        if (w == nullptr || !equals_at(v, *w, depth + 1)) return false;
       }
       return true;
     }
@@ -207,6 +304,8 @@ bool equals(const Value& a, const Value& b) {
       return false;
   }
 }
+
+}  // namespace
 
 std::string format_float(double d, bool json) {
   if (std::isnan(d)) return json ? "NaN" : "nan";
@@ -305,21 +404,34 @@ void json_string(std::string& out, std::string_view s, bool ensure_ascii) {
   out.push_back('"');
 }
 
-void json_value(std::string& out, const Value& v, const JsonOptions& opts, int depth) {
+// The separators and indent of one to_json call, worked out once.
+struct JsonLayout {
   std::string item_sep = ", ";
   std::string key_sep = ": ";
-  const bool pretty = opts.indent.has_value() && *opts.indent > 0;
-  if (opts.separators) {
-    item_sep = opts.separators->first;
-    key_sep = opts.separators->second;
-  } else if (pretty) {
-    item_sep = ",";
+  std::string unit;  // one level of indentation; empty: not pretty
+  bool pretty = false;
+  explicit JsonLayout(const JsonOptions& opts) {
+    pretty = opts.indent.has_value() && *opts.indent > 0;
+    if (opts.separators) {
+      item_sep = opts.separators->first;
+      key_sep = opts.separators->second;
+    } else if (pretty) {
+      item_sep = ",";
+    }
+    if (pretty) unit.assign(static_cast<size_t>(*opts.indent), ' ');
   }
-  const std::string unit = pretty ? std::string(*opts.indent, ' ') : std::string();
-  std::string base_pad = "\n";
-  for (int i = 0; i < depth; ++i) base_pad += unit;
-  const std::string child_pad = base_pad + unit;
+  void newline(std::string& out, int depth) const {
+    out.push_back('\n');
+    for (int i = 0; i < depth; ++i) out += unit;
+  }
+};
 
+void json_value(std::string& out, const Value& v, const JsonOptions& opts, const JsonLayout& layout,
+                int depth) {
+  // The text grows with every value: a small structure shared many times (x = [x, x] in a
+  // loop) prints exponentially, so the size is checked as it grows, not at the end.
+  check_size(out.size());
+  if (depth > kMaxValueDepth) throw JinjaError("value nested too deeply to print");
   switch (v.kind()) {
     case Value::Kind::kUndefined:
       out += opts.undefined_as_null ? "null" : "undefined";
@@ -345,11 +457,11 @@ void json_value(std::string& out, const Value& v, const JsonOptions& opts, int d
       const Array& a = v.array();
       out.push_back('[');
       for (size_t i = 0; i < a.size(); ++i) {
-        if (i > 0) out += item_sep;
-        if (pretty) out += child_pad;
-        json_value(out, a[i], opts, depth + 1);
+        if (i > 0) out += layout.item_sep;
+        if (layout.pretty) layout.newline(out, depth + 1);
+        json_value(out, a[i], opts, layout, depth + 1);
       }
-      if (pretty && !a.empty()) out += base_pad;
+      if (layout.pretty && !a.empty()) layout.newline(out, depth);
       out.push_back(']');
       return;
     }
@@ -363,13 +475,13 @@ void json_value(std::string& out, const Value& v, const JsonOptions& opts, int d
       }
       out.push_back('{');
       for (size_t i = 0; i < entries.size(); ++i) {
-        if (i > 0) out += item_sep;
-        if (pretty) out += child_pad;
+        if (i > 0) out += layout.item_sep;
+        if (layout.pretty) layout.newline(out, depth + 1);
         json_string(out, entries[i]->first, opts.ensure_ascii);
-        out += key_sep;
-        json_value(out, entries[i]->second, opts, depth + 1);
+        out += layout.key_sep;
+        json_value(out, entries[i]->second, opts, layout, depth + 1);
       }
-      if (pretty && !entries.empty()) out += base_pad;
+      if (layout.pretty && !entries.empty()) layout.newline(out, depth);
       out.push_back('}');
       return;
     }
@@ -382,7 +494,7 @@ void json_value(std::string& out, const Value& v, const JsonOptions& opts, int d
 
 std::string to_json(const Value& v, const JsonOptions& opts) {
   std::string out;
-  json_value(out, v, opts, 0);
+  json_value(out, v, opts, JsonLayout(opts), 0);
   return out;
 }
 

@@ -27,6 +27,10 @@ class JinjaError : public std::runtime_error {
 
 // No string a template builds (the output included) may exceed this; see check_size().
 constexpr size_t kMaxStringBytes = size_t{16} << 20;
+// Arrays and objects nested deeper than this (a template can nest them without bound, e.g.
+// `set x = [x]` in a loop, or make them contain themselves) are refused by the recursive walks:
+// printing, tojson, comparison.
+constexpr int kMaxValueDepth = 512;
 // Throws JinjaError when a string of n bytes would exceed kMaxStringBytes.
 void check_size(size_t n);
 
@@ -67,6 +71,26 @@ class Value {
   };
 
   Value() = default;  // undefined
+  // A deep chain of arrays/objects is freed without one stack frame per level (release()).
+  ~Value() {
+    if (kind_ == Kind::kArray || kind_ == Kind::kObject || kind_ == Kind::kNamespace) release();
+  }
+  Value(const Value&) = default;
+  Value(Value&&) noexcept = default;
+  Value& operator=(const Value& other) {
+    Value copy(other);
+    swap(copy);  // the old value is freed by ~Value
+    return *this;
+  }
+  Value& operator=(Value&& other) noexcept {
+    Value taken(std::move(other));
+    swap(taken);
+    return *this;
+  }
+  void swap(Value& other) noexcept {
+    std::swap(kind_, other.kind_);
+    data_.swap(other.data_);
+  }
   static Value none();
   static Value from_bool(bool b);
   static Value from_int(int64_t i);
@@ -116,8 +140,46 @@ class Value {
   using ObjPtr = std::shared_ptr<Object>;
   using FnPtr = std::shared_ptr<const Function>;
 
+  // When this is the last holder of its array/object, moves the nested containers out into a
+  // work list and frees them one by one.
+  void release() noexcept;
+
   Kind kind_ = Kind::kUndefined;
   std::variant<std::monostate, bool, int64_t, double, StrPtr, ArrPtr, ObjPtr, FnPtr> data_;
+};
+
+// What one render may allocate, and reference cycles. jinja::render() holds a RenderArena on its
+// thread for the whole render; outside one nothing is counted or recorded.
+//  - Work: the bytes of all strings a render makes are counted; past kMaxStringWork it fails
+//    (the step limit counts loop iterations, not what each iteration builds: a loop of 1M steps
+//    each making a 16 MiB string would otherwise run for hours).
+//  - Cycles: a template can make a list or namespace contain itself (`a.append(a)`, `ns.me =
+//    ns`), which shared ownership never frees. The arrays and objects made during the render are
+//    recorded (weakly); the destructor empties those still alive, which breaks the cycles. After
+//    a render the only survivors are cycles and values the template stored into the caller's
+//    context (also emptied).
+constexpr size_t kMaxStringWork = size_t{256} << 20;
+
+class RenderArena {
+ public:
+  RenderArena();
+  ~RenderArena();
+  RenderArena(const RenderArena&) = delete;
+  RenderArena& operator=(const RenderArena&) = delete;
+
+  // Called by Value::from_array / from_object / new_namespace.
+  static void record(const std::shared_ptr<Array>& a);
+  static void record(const std::shared_ptr<Object>& o);
+  // Called by Value::from_string; throws JinjaError past kMaxStringWork.
+  static void charge_string(size_t bytes);
+
+ private:
+  size_t string_bytes_ = 0;
+  void compact();
+  std::vector<std::weak_ptr<Array>> arrays_;
+  std::vector<std::weak_ptr<Object>> objects_;
+  size_t compact_at_ = 1024;  // entries before expired ones are dropped (doubles)
+  RenderArena* outer_;
 };
 
 // Python truthiness: undefined/none/false/0/""/[]/{} are false.
