@@ -157,9 +157,10 @@ HostAttention::~HostAttention() {
     std::lock_guard<std::mutex> lock(mu_);
     left.swap(batches_);
   }
-  for (auto& [id, b] : left) {
+  for (auto& entry : left) {
+    Batch& b = *entry.second;  // a named reference: clang 14 cannot capture structured bindings
     try {
-      arena_.execute([&] { b->tg.wait(); });
+      arena_.execute([&] { b.tg.wait(); });
     } catch (...) {  // a destructor must not throw; the batch's error has nowhere to go
     }
   }

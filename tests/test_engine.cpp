@@ -148,7 +148,7 @@ TEST_CASE("max_tokens and the context limit end with length; EOS ends with stop"
   std::filesystem::remove_all(dir);
 }
 
-TEST_CASE("cancelling a stream retires it within a step and frees its KV", "[engine]") {
+TEST_CASE("cancelling a stream retires it within a step and frees its KV", "[engine][threads]") {
   Setup s;
   KvStore store(s.model->backend(), s.model->kv_shape(), hybrid_config(), 4, 512);
   Engine engine(*s.model, demo_tokenizer(), store, EngineOptions{});
@@ -216,7 +216,8 @@ TEST_CASE("seeds reproduce sampled text", "[engine]") {
   CHECK(u1.first != u1.second);
 }
 
-TEST_CASE("invalid requests throw the right kinds; a full queue throws kOutOfMemory", "[engine]") {
+TEST_CASE("invalid requests throw the right kinds; a full queue throws kOutOfMemory",
+          "[engine][threads]") {
   Setup s;
   KvStore store(s.model->backend(), s.model->kv_shape(), dense_config(), 2, 512);
   EngineOptions opt;
@@ -271,7 +272,7 @@ TEST_CASE("invalid requests throw the right kinds; a full queue throws kOutOfMem
   CHECK(kind_of([&] { Engine e(*s.model, demo_tokenizer(), store, too_long); }) == invalid);
 }
 
-TEST_CASE("shutdown ends every stream", "[engine]") {
+TEST_CASE("shutdown ends every stream", "[engine][threads]") {
   Setup s;
   const auto prompts = story_prompts();
   for (const bool cancel : {true, false}) {

@@ -84,7 +84,9 @@ std::optional<double> prom_sum(const std::map<std::string, double>& m, const std
 
 BenchOutcome run_benchmark(const BenchConfig& cfg, const std::vector<BenchPrompt>& prompts,
                            const Tokenizer* tok) {
-  const auto [host, prefix] = split_url(cfg.base_url);
+  // Named copies, not structured bindings: clang 14 cannot capture those in the lambdas below.
+  const auto url = split_url(cfg.base_url);
+  const std::string host = url.first, prefix = url.second;
   BenchOutcome out;
   const int32_t n = static_cast<int32_t>(prompts.size());
   TANDEM_REQUIRE(n >= 1, kInvalidArgument, "no prompts to send");
