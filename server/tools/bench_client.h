@@ -127,6 +127,10 @@ std::string format_table(const nlohmann::json& report);
 // The first model id of the server's GET /v1/models; nullopt when it cannot be had.
 std::optional<std::string> served_model(const BenchConfig& cfg);
 
+// The JSON body of one generation request for `p` (chat or completions by the endpoint), streamed
+// with usage in the last chunk when `stream`.
+std::string request_body(const BenchConfig& cfg, const BenchPrompt& p, bool stream);
+
 // "http://h:p/prefix" -> {"http://h:p", "/prefix"}; throws tandem::Error on a malformed URL.
 std::pair<std::string, std::string> split_url(const std::string& url);
 

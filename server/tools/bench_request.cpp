@@ -17,21 +17,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using json = nlohmann::json;
 
-std::string request_body(const BenchConfig& cfg, const BenchPrompt& p) {
-  json b;
-  if (!cfg.model.empty()) b["model"] = cfg.model;
-  if (is_chat(cfg))
-    b["messages"] = json::array({{{"role", "user"}, {"content", p.text}}});
-  else
-    b["prompt"] = p.text;
-  b["max_tokens"] = p.output_len;
-  b["temperature"] = cfg.temperature;
-  b["stream"] = cfg.stream;
-  if (cfg.stream) b["stream_options"] = {{"include_usage", true}};
-  if (cfg.ignore_eos) b["ignore_eos"] = true;
-  return b.dump();
-}
-
 // The text of a chunk's or response's first choice; nullopt when the chunk has no choices (a
 // usage-only chunk).
 std::optional<std::string> choice_text(const json& j, bool chat, bool stream) {
@@ -80,6 +65,21 @@ int32_t count_words(const std::string& s) {
 
 }  // namespace
 
+std::string request_body(const BenchConfig& cfg, const BenchPrompt& p, bool stream) {
+  json b;
+  if (!cfg.model.empty()) b["model"] = cfg.model;
+  if (is_chat(cfg))
+    b["messages"] = json::array({{{"role", "user"}, {"content", p.text}}});
+  else
+    b["prompt"] = p.text;
+  b["max_tokens"] = p.output_len;
+  b["temperature"] = cfg.temperature;
+  b["stream"] = stream;
+  if (stream) b["stream_options"] = {{"include_usage", true}};
+  if (cfg.ignore_eos) b["ignore_eos"] = true;
+  return b.dump();
+}
+
 RequestResult send_with(httplib::Client& cli, const std::string& prefix, const BenchConfig& cfg,
                         const BenchPrompt& prompt, const Tokenizer* tok) {
   RequestResult r;
@@ -90,7 +90,7 @@ RequestResult send_with(httplib::Client& cli, const std::string& prefix, const B
   req.path = prefix + cfg.endpoint;
   req.headers.emplace("Content-Type", "application/json");
   if (!cfg.api_key.empty()) req.headers.emplace("Authorization", auth_header(cfg));
-  req.body = request_body(cfg, prompt);
+  req.body = request_body(cfg, prompt, cfg.stream);
 
   int status = 0;
   std::string raw;  // error bodies and non-streamed responses

@@ -75,20 +75,6 @@ std::string malformed_body(std::mt19937_64& rng, const BenchConfig& cfg) {
   }
 }
 
-std::string request_body(const BenchConfig& cfg, const BenchPrompt& p, bool stream) {
-  json b;
-  if (!cfg.model.empty()) b["model"] = cfg.model;
-  if (is_chat(cfg))
-    b["messages"] = json::array({{{"role", "user"}, {"content", p.text}}});
-  else
-    b["prompt"] = p.text;
-  b["max_tokens"] = p.output_len;
-  b["temperature"] = cfg.temperature;
-  b["stream"] = stream;
-  if (cfg.ignore_eos) b["ignore_eos"] = true;
-  return b.dump();
-}
-
 // One request of `kind` on `cli`; adds what happened to `t`.
 void one_request(httplib::Client& cli, const std::string& path, const BenchConfig& cfg,
                  const BenchPrompt& prompt, Kind kind, std::mt19937_64& rng, Tally& t) {
