@@ -20,13 +20,15 @@ stages=("$@")
 [[ ${#stages[@]} -gt 0 ]] || stages=(asan fuzz tsan)
 want() { [[ " ${stages[*]} " == *" $1 "* ]]; }
 
-# Tests each sanitizer runs (ctest names; the GPU tests skip without a device either way).
+# Tests each sanitizer runs (ctest names; the GPU tests skip without a device either way). The load
+# client's tests (test_bench_client, test_bench_soak) are left out: they assert on timings, which
+# the sanitizers' slowdown breaks.
 asan_tests="test_buffer test_catch_main test_chat_template test_config_checkpoints
   test_config_layouts test_cpu_attn test_cpu_ops_attention test_cpu_ops_dense test_engine
   test_engine_batching test_forward_parity test_host_batch test_hybrid_kv test_model_errors
   test_openai_codec test_options test_sampler test_scheduler test_selection test_server_limits
   test_server_e2e_errors test_server_e2e_serving test_tokenizer test_utf8 test_hostile_input
-  test_trained_models test_bench_client test_bench_soak"
+  test_trained_models"
 tsan_tests="test_host_batch test_scheduler test_server_limits"
 
 # Only tests that exist in this checkout (a list above may name one added later).
