@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <ctime>
 #include <exception>
 
@@ -85,8 +86,18 @@ std::shared_ptr<TokenStream> Engine::submit(GenerationRequest req) {
   TANDEM_REQUIRE(sp.min_p >= 0 && sp.min_p <= 1, kInvalidArgument, "min_p must be in [0, 1]");
   TANDEM_REQUIRE(sp.repetition_penalty > 0, kInvalidArgument,
                  "repetition_penalty must be positive");
+  for (const auto& [t, bias] : sp.logit_bias) {
+    TANDEM_REQUIRE(t >= 0 && t < vocab_, kInvalidArgument, "logit_bias token id ", t,
+                   " is outside the vocabulary [0, ", vocab_, ")");
+    TANDEM_REQUIRE(std::isfinite(bias), kInvalidArgument, "logit_bias of token ", t,
+                   " is not finite");
+  }
+  TANDEM_REQUIRE(req.min_tokens >= 0 && req.min_tokens <= req.max_tokens, kInvalidArgument,
+                 "min_tokens must be in [0, max_tokens = ", req.max_tokens, "], got ",
+                 req.min_tokens);
   req.max_tokens =
       static_cast<int32_t>(std::min<int64_t>(req.max_tokens, max_model_len_ - n_prompt));
+  req.min_tokens = std::min(req.min_tokens, req.max_tokens);
   const int32_t total = static_cast<int32_t>(n_prompt) + req.max_tokens;
   // Not the scheduler's blocks_needed(): that plans against the pool, which the engine thread
   // changes while this caller's thread runs (a data race the thread sanitizer found).

@@ -126,16 +126,18 @@ bool Engine::run(const Schedule& work, StepOutput& out, StepTimes& times) {
   out.errors.assign(n_chunks, nullptr);
   out.host_rows.assign(n_chunks, nullptr);
   // Where the host cannot read the logits in place, the sequences whose sampling is the plain
-  // rule (no penalties, no min-p) and that want no logprobs are sampled by the backend, which
-  // sends back one id per row instead of the row; the rest come down to the host. The uniforms
-  // come from each sequence's own generator, as on the host, so the tokens are the same.
+  // rule (no bias, penalties, min-p or masked stop tokens) and that want no logprobs are sampled by
+  // the backend, which sends back one id per row instead of the row; the rest come down to the
+  // host. The uniforms come from each sequence's own generator, as on the host, so the tokens are
+  // the same.
   std::vector<SampleRow> rows(n_chunks);  // rows not sampled there: greedy, and ignored
   std::vector<uint8_t> on_backend(n_chunks, 0);
   bool any_on_backend = false;
   if (!model_.backend().host_accessible()) {
     for (size_t i = 0; i < n_chunks; ++i) {
       const ScheduledChunk& c = work.chunks[i];
-      if (!c.last() || c.seq->top_logprobs >= 0 || !c.seq->sampler.plain()) continue;
+      if (!c.last() || c.seq->top_logprobs >= 0 || !c.seq->sampler.plain() || c.seq->stops_masked())
+        continue;
       try {
         rows[i] = c.seq->sampler.backend_row();
         on_backend[i] = 1;
@@ -186,7 +188,8 @@ bool Engine::run(const Schedule& work, StepOutput& out, StepTimes& times) {
     try {
       thread_local std::vector<float> row;
       row.assign(out.host_rows[i], out.host_rows[i] + vocab_);  // the sampler modifies its row
-      // A row meant for a backend without a sampler: its uniform is drawn already.
+      c.seq->mask_stops(
+          row);  // A row meant for a backend without a sampler: its uniform is drawn already.
       out.toks[i] = on_backend[i] ? c.seq->sampler.draw(row, rows[i].uniform)
                                   : c.seq->sampler.sample(row, c.seq->prompt(), c.seq->output());
     } catch (...) {

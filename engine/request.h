@@ -33,6 +33,8 @@ struct GenerationRequest {
                                   // is not emitted (matches across token boundaries count)
   std::vector<int32_t> stop_ids;  // extra stop tokens (EOS ids are added unless ignore_eos)
   bool ignore_eos = false;
+  int32_t min_tokens = 0;     // stop tokens (EOS, stop_ids) cannot be drawn before this many
+                              // generated tokens (stop strings still apply)
   int32_t top_logprobs = -1;  // -1: no logprobs; k >= 0: the chosen token's logprob and the
                               // k most likely alternatives, per generated token
 };

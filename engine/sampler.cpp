@@ -50,6 +50,9 @@ int32_t Sampler::sample(std::span<float> logits, std::span<const int32_t> prompt
   const int32_t vocab = static_cast<int32_t>(logits.size());
   const SamplingParams& p = params_;
 
+  for (const auto& [t, bias] : p.logit_bias)
+    if (t >= 0 && t < vocab) logits[static_cast<size_t>(t)] += bias;
+
   // Penalties. Repetition (HF): divide positive logits, multiply negative ones, once per token.
   if (p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f) {
     counts_.assign(static_cast<size_t>(vocab), 0);
@@ -89,7 +92,7 @@ int32_t Sampler::draw(std::span<float> logits, double u) {
 bool Sampler::plain() const {
   const SamplingParams& p = params_;
   return p.repetition_penalty == 1.0f && p.presence_penalty == 0.0f &&
-         p.frequency_penalty == 0.0f && p.min_p <= 0.0f;
+         p.frequency_penalty == 0.0f && p.min_p <= 0.0f && p.logit_bias.empty();
 }
 
 SampleRow Sampler::backend_row() {

@@ -1,5 +1,6 @@
-// Token sampling: penalties (repetition, presence, frequency), temperature, top-k, top-p, min-p,
-// greedy at temperature 0, and a seeded generator so a fixed seed gives the same text.
+// Token sampling: logit bias, penalties (repetition, presence, frequency), temperature, top-k,
+// top-p, min-p, greedy at temperature 0, and a seeded generator so a fixed seed gives the same
+// text.
 #pragma once
 
 #include <cstdint>
@@ -22,6 +23,9 @@ struct SamplingParams {
   float presence_penalty = 0.0f;    // OpenAI style, over output tokens
   float frequency_penalty = 0.0f;
   std::optional<uint64_t> seed;
+  // Added to the logits of these tokens before everything else (OpenAI logit_bias); -100 in
+  // practice bans a token, +100 forces it.
+  std::vector<std::pair<int32_t, float>> logit_bias;
 };
 
 class Sampler {
@@ -39,7 +43,7 @@ class Sampler {
   // does with its next draw (for tests and for parity with the GPU sampler).
   int32_t draw(std::span<float> logits, double u);
 
-  // Whether sample() is draw() with its next uniform (no penalties, no min-p): the rule a
+  // Whether sample() is draw() with its next uniform (no bias, penalties or min-p): the rule a
   // backend's sampler implements (Backend::sample).
   bool plain() const;
   // For a plain sampler: the Backend::sample row that picks what sample() would pick next, the

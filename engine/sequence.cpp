@@ -4,6 +4,7 @@
 #include "engine/sequence.h"
 
 #include <algorithm>
+#include <limits>
 
 namespace tandem {
 
@@ -13,6 +14,7 @@ Sequence::Sequence(uint64_t seq_id, GenerationRequest req, std::shared_ptr<Token
       stream(std::move(s)),
       max_tokens(req.max_tokens),
       top_logprobs(req.top_logprobs),
+      min_tokens(req.min_tokens),
       tokens(std::move(req.prompt)),
       sampler(req.sampling, seed),
       decoder(tokenizer),
@@ -21,6 +23,13 @@ Sequence::Sequence(uint64_t seq_id, GenerationRequest req, std::shared_ptr<Token
       stop_ids_(std::move(stop_ids)) {
   for (int32_t t : tokens) decoder.push(t);
   std::sort(stop_ids_.begin(), stop_ids_.end());
+}
+
+void Sequence::mask_stops(std::span<float> logits) const {
+  if (!stops_masked()) return;
+  for (int32_t t : stop_ids_)
+    if (t >= 0 && static_cast<size_t>(t) < logits.size())
+      logits[static_cast<size_t>(t)] = -std::numeric_limits<float>::infinity();
 }
 
 bool Sequence::is_stop_token(int32_t token) const {

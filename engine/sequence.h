@@ -41,11 +41,16 @@ struct Sequence {
   // Tokens the KV may ever hold: the last generated token is never fed back.
   int32_t capacity() const { return prompt_len_ + max_tokens; }
   bool is_stop_token(int32_t token) const;
+  // Whether the next token is drawn with the stop tokens masked (min_tokens not reached yet).
+  bool stops_masked() const { return generated() < min_tokens && !stop_ids_.empty(); }
+  // Sets the logits of the stop tokens to -inf while stops_masked().
+  void mask_stops(std::span<float> logits) const;
 
   const uint64_t id;
   const std::shared_ptr<TokenStream> stream;
   const int32_t max_tokens;
   const int32_t top_logprobs;  // -1: none
+  const int32_t min_tokens;
   SequenceStatus status = SequenceStatus::kWaiting;
   std::vector<int32_t> tokens;
   int32_t prefill_end = 0;         // set on admission

@@ -8,10 +8,13 @@
 #include <spdlog/spdlog.h>
 #include <sys/socket.h>
 
+#include <cctype>
 #include <chrono>
 #include <cstdlib>
 #include <ctime>
 #include <random>
+
+#include "server/openai_routes.h"
 
 namespace tandem {
 
@@ -91,9 +94,10 @@ ApiError http_error(const httplib::Request& req, httplib::Response& res,
 
 // The metrics label of a path: the known routes, else "other".
 std::string route_label(const std::string& path) {
-  for (const char* r :
-       {"/v1/chat/completions", "/v1/completions", "/v1/models", "/health", "/metrics"})
+  for (const char* r : {"/v1/chat/completions", "/v1/completions", "/v1/models", "/health",
+                        "/metrics", "/tokenize", "/detokenize"})
     if (path == r) return r;
+  if (path.rfind("/v1/models/", 0) == 0) return "/v1/models/{id}";
   return "other";
 }
 
@@ -116,6 +120,44 @@ bool same_secret(const std::string& given, const std::string& key) {
 // operator says so (its counters describe the traffic; llama.cpp keeps it behind the key too).
 bool open_route(const std::string& path, bool metrics_public) {
   return path == "/health" || (metrics_public && path == "/metrics");
+}
+
+// A client's X-Request-Id is echoed when it is a sane token (it reaches the log); otherwise, or
+// without one, the server makes one up.
+std::string request_id(const httplib::Request& req) {
+  const std::string given = req.get_header_value("X-Request-Id");
+  bool ok = !given.empty() && given.size() <= 128;
+  for (char c : given)
+    ok = ok && (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.' ||
+                c == ':' || c == '/' || c == '+' || c == '=');
+  return ok ? given : random_id("req-");
+}
+
+// CORS for browser clients: the response allows the request's Origin when --allowed-origins
+// lists it (or "*"); a preflight (OPTIONS) is answered here, before the API-key check, since
+// browsers send it without credentials.
+void cors(const httplib::Request& req, httplib::Response& res,
+          const std::vector<std::string>& allowed) {
+  const std::string origin = req.get_header_value("Origin");
+  if (origin.empty()) return;
+  bool any = false, listed = false;
+  for (const std::string& o : allowed) {
+    any = any || o == "*";
+    listed = listed || o == origin;
+  }
+  if (!any && !listed) return;
+  res.set_header("Access-Control-Allow-Origin", any ? "*" : origin);
+  if (!any) res.set_header("Vary", "Origin");
+  res.set_header("Access-Control-Expose-Headers", "X-Request-Id");
+}
+
+void preflight(const httplib::Request& req, httplib::Response& res) {
+  res.status = 204;
+  res.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+  const std::string asked = req.get_header_value("Access-Control-Request-Headers");
+  res.set_header("Access-Control-Allow-Headers",
+                 asked.empty() ? "Authorization, Content-Type, X-Request-Id" : asked);
+  res.set_header("Access-Control-Max-Age", "600");
 }
 
 }  // namespace
@@ -294,6 +336,13 @@ HttpServer::HttpServer(HttpOptions options, openai::ModelInfo model, ServerHooks
   };
 
   http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    res.set_header("X-Request-Id", request_id(req));
+    cors(req, res, opt_.allowed_origins);
+    if (req.method == "OPTIONS") {
+      preflight(req, res);
+      metrics_.request_done("preflight", 204);
+      return httplib::Server::HandlerResponse::Handled;
+    }
     // Bodies are JSON whatever the client says. `curl -d` sends form-urlencoded, which httplib
     // caps at 8 KB (a long prompt would get 413), so that content type is replaced before the
     // body is read. The request object is httplib's own non-const local: the cast is sound.
@@ -343,6 +392,21 @@ HttpServer::HttpServer(HttpOptions options, openai::ModelInfo model, ServerHooks
                  openai::models_json(model_.served_name, created_, model_.max_model_len),
                  "application/json");
            }));
+  http.Get(R"(/v1/models/(.+))", guarded([this](const httplib::Request& req, auto& res) {
+             auto r = openai::model_response(req.matches[1].str(), model_, created_);
+             if (auto* e = std::get_if<ApiError>(&r)) return reply(res, *e);
+             res.set_content(std::get<std::string>(r), "application/json");
+           }));
+  http.Post("/tokenize", guarded([this](const auto& req, auto& res) {
+              auto r = openai::tokenize_response(req.body, model_);
+              if (auto* e = std::get_if<ApiError>(&r)) return reply(res, *e);
+              res.set_content(std::get<std::string>(r), "application/json");
+            }));
+  http.Post("/detokenize", guarded([this](const auto& req, auto& res) {
+              auto r = openai::detokenize_response(req.body, model_);
+              if (auto* e = std::get_if<ApiError>(&r)) return reply(res, *e);
+              res.set_content(std::get<std::string>(r), "application/json");
+            }));
   http.Get("/health", guarded([this](const auto&, auto& res) {
              if (stopping_.load()) {
                reply(res, server_error(503, "the server is shutting down", "service_unavailable"));
@@ -372,7 +436,8 @@ HttpServer::HttpServer(HttpOptions options, openai::ModelInfo model, ServerHooks
         metrics_.request_done(route_label(req.path), 500);
       });
   http.set_logger([](const httplib::Request& req, const httplib::Response& res) {
-    logger()->debug("{} {} -> {}", req.method, req.path, res.status);
+    logger()->debug("{} {} -> {} (request {})", req.method, req.path, res.status,
+                    res.get_header_value("X-Request-Id"));
   });
 }
 

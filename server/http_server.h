@@ -1,9 +1,11 @@
 // HttpServer: the OpenAI-compatible HTTP front of Tandem, with cpp-httplib hidden behind this
 // one class. Routes: POST /v1/chat/completions, POST /v1/completions, GET /v1/models,
-// GET /health, GET /metrics. Handlers never throw: every failure is an OpenAI error object.
-// Responses to generation requests are written by a content provider that polls the request's
-// TokenStreams and the client socket, so a client that goes away — streaming or not — cancels
-// its sequences at once. The engine is reached only through ServerHooks.
+// GET /v1/models/{id}, POST /tokenize, POST /detokenize, GET /health, GET /metrics; OPTIONS (CORS
+// preflight) on any path. Every response carries X-Request-Id (the client's, or a new one).
+// Handlers never throw: every failure is an OpenAI error object. Responses to generation requests
+// are written by a content provider that polls the request's TokenStreams and the client socket, so
+// a client that goes away — streaming or not — cancels its sequences at once. The engine is reached
+// only through ServerHooks.
 #pragma once
 
 #include <atomic>
@@ -11,6 +13,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "engine/request.h"
 #include "server/http_connection.h"
@@ -24,7 +27,8 @@ struct HttpOptions {
   int port = 8000;              // 0: any free port (see bind())
   std::string api_key;          // empty: no authentication
   bool metrics_public = false;  // with an API key: /metrics served without it too
-  ConnectionLimits conn;        // workers, header and body bytes, deadlines
+  std::vector<std::string> allowed_origins = {"*"};  // CORS; empty: no CORS headers
+  ConnectionLimits conn;                             // workers, header and body bytes, deadlines
   openai::CodecLimits limits;
   SamplingParams sampling_defaults;  // the model's generation config
 };

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "kernels/common.h"
+#include "server/openai_params.h"
 #include "server/options.h"
 #include "server/tools/commands.h"
 
@@ -49,12 +50,14 @@ std::string command_hint(const std::string& name) {
 
 bool is_help(const std::string& a) { return a == "--help" || a == "-h"; }
 
-// `tandem help [COMMAND | --markdown]`.
+// `tandem help [COMMAND | --markdown | --params-markdown]`.
 int help(const std::vector<std::string>& args) {
   if (args.empty()) {
     std::fputs(global_help().c_str(), stdout);
   } else if (args[0] == "--markdown") {
     std::fputs(options_markdown().c_str(), stdout);
+  } else if (args[0] == "--params-markdown") {
+    std::fputs(openai::params_markdown().c_str(), stdout);
   } else if (const CommandSpec* c = find_command(args[0])) {
     std::fputs(command_help(c->id).c_str(), stdout);
   } else {

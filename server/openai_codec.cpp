@@ -7,6 +7,7 @@
 
 #include "engine/tokenizer/utf8.h"
 #include "kernels/json_depth.h"
+#include "server/openai_params.h"
 
 namespace tandem::openai {
 
@@ -144,6 +145,7 @@ class Reader {
 };
 
 constexpr int64_t kMaxTokensCap = int64_t{1} << 30;
+constexpr size_t kMaxLogitBias = 1024;
 
 void parse_messages(Reader& r, const ojson& body, ApiRequest& out) {
   const ojson* msgs = r.find("messages");
@@ -199,6 +201,43 @@ void parse_messages(Reader& r, const ojson& body, ApiRequest& out) {
   if (const ojson* tools = r.find("tools")) {
     if (!tools->is_array()) return r.fail("'tools' must be an array", "tools");
     out.tools = *tools;
+  }
+  if (const ojson* tc = r.find("tool_choice")) {
+    if (tc->is_string() && (*tc == "auto" || *tc == "none")) {
+      // auto: the model decides; none: it is asked not to call (the tools still reach the
+      // template, as vLLM does by default)
+    } else if (tc->is_string() && *tc == "required") {
+      return r.fail("'tool_choice': 'required' is not supported yet (only 'auto' and 'none')",
+                    "tool_choice");
+    } else if (tc->is_object()) {
+      return r.fail("'tool_choice': a named function is not supported yet (only 'auto' and 'none')",
+                    "tool_choice");
+    } else {
+      return r.fail("'tool_choice' must be 'auto', 'none', 'required' or a function object",
+                    "tool_choice");
+    }
+  }
+  bool parallel = true;
+  r.boolean("parallel_tool_calls", parallel);  // accepted, ignored
+  if (const ojson* rf = r.find("response_format")) {
+    auto type = rf->is_object() ? rf->find("type") : rf->end();
+    if (!rf->is_object() || type == rf->end() || !type->is_string())
+      return r.fail("'response_format' must be an object with a 'type'", "response_format");
+    if (*type == "json_object" || *type == "json_schema")
+      return r.fail(cat("'response_format' type '", type->get<std::string>(),
+                        "' is not supported yet (only 'text')"),
+                    "response_format");
+    if (*type != "text")
+      return r.fail(
+          cat("'response_format' type must be 'text', 'json_object' or 'json_schema', got '",
+              type->dump(), "'"),
+          "response_format");
+  }
+  if (const ojson* mod = r.find("modalities")) {
+    if (!mod->is_array() || mod->empty())
+      return r.fail("'modalities' must be a non-empty array", "modalities");
+    for (const ojson& m : *mod)
+      if (m != "text") return r.fail("only the 'text' modality is supported", "modalities");
   }
   r.boolean("add_generation_prompt", out.add_generation_prompt);
   if (const ojson* kw = r.find("chat_template_kwargs")) {
@@ -289,6 +328,25 @@ void parse_sampling(Reader& r, ApiRequest& out) {
   r.number("presence_penalty", -2, 2, sp.presence_penalty);
   r.number("frequency_penalty", -2, 2, sp.frequency_penalty);
   r.number("repetition_penalty", 0, 10, sp.repetition_penalty, /*lo_open=*/true);
+  if (const ojson* lb = r.find("logit_bias")) {
+    if (!lb->is_object())
+      return r.fail("'logit_bias' must be an object of token id -> bias", "logit_bias");
+    if (lb->size() > kMaxLogitBias)
+      return r.fail(cat("'logit_bias' may hold at most ", kMaxLogitBias, " tokens"), "logit_bias");
+    for (const auto& [key, bias] : lb->items()) {
+      int64_t id = -1;
+      const bool digits = !key.empty() && key.size() <= 10 &&
+                          key.find_first_not_of("0123456789") == std::string::npos;
+      if (digits) id = std::stoll(key);
+      if (!digits || id > std::numeric_limits<int32_t>::max())
+        return r.fail(cat("'logit_bias' keys must be token ids, got '", key, "'"), "logit_bias");
+      if (!bias.is_number() || !std::isfinite(bias.get<double>()) || bias.get<double>() < -100 ||
+          bias.get<double>() > 100)
+        return r.fail(cat("'logit_bias' of token ", key, " must be a number in [-100, 100]"),
+                      "logit_bias");
+      sp.logit_bias.emplace_back(static_cast<int32_t>(id), bias.get<float>());
+    }
+  }
   int64_t seed = 0;
   if (r.integer("seed", std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max(),
                 seed))
@@ -337,6 +395,14 @@ std::variant<ApiRequest, ApiError> parse_request(Endpoint endpoint, std::string_
       r.fail("'stop_token_ids' must be a list of token ids", "stop_token_ids");
   }
   r.boolean("ignore_eos", out.ignore_eos);
+  if (r.integer("min_tokens", 0, kMaxTokensCap, v)) {
+    out.min_tokens = static_cast<int32_t>(v);
+    if (out.max_tokens && v > *out.max_tokens && !r.error)
+      r.fail(cat("'min_tokens' (", v, ") must not exceed 'max_tokens' (", *out.max_tokens, ")"),
+             "min_tokens");
+  }
+  if (!chat && r.integer("best_of", 1, limits.max_n, v) && v != out.n && !r.error)
+    r.fail(cat("'best_of' must equal 'n' (", out.n, "): choices are not ranked"), "best_of");
 
   if (chat) {
     r.boolean("logprobs", out.logprobs);
@@ -371,6 +437,18 @@ std::variant<ApiRequest, ApiError> parse_request(Endpoint endpoint, std::string_
   std::string user;
   r.string("user", user);  // accepted and ignored
   if (r.error) return *r.error;
+  // Every key must be a parameter of this endpoint that the server implements or ignores by
+  // convention (server/openai_params.cpp); null counts as absent.
+  for (const auto& [key, value] : body.items()) {
+    const ParamInfo* p = find_param(key, endpoint);
+    if (!p)
+      return invalid_request(
+          cat("Unrecognized request argument supplied: '", key, "' (not a parameter of ",
+              chat ? "/v1/chat/completions" : "/v1/completions", ")"),
+          key);
+    if (p->support == ParamSupport::kRejected && !value.is_null())
+      return invalid_request(cat("'", key, "' is not supported: ", p->what), key);
+  }
 
   const int64_t sequences = static_cast<int64_t>(chat ? 1 : out.prompts.size()) * out.n;
   if (sequences > limits.max_sequences)

@@ -4,7 +4,8 @@
 // engine: everything here is a pure function of its inputs, unit-tested in
 // tests/test_openai_codec.cpp.
 //
-// Parameters and how they reach the engine (anything else in a body is ignored):
+// Parameters and how they reach the engine (server/openai_params.cpp lists every parameter with
+// its status; a body key that is not there, or is rejected there, is a 400 naming it):
 //   messages (chat)  -> rendered by the model's chat template, tokenized without BOS/EOS
 //   prompt (compl.)  -> a string, a list of strings, a list of token ids or a list of such lists;
 //                       text is tokenized with the tokenizer's special tokens (BOS)
@@ -13,11 +14,12 @@
 //                       rest of the context
 //   temperature, top_p, top_k, min_p, presence/frequency/repetition_penalty -> SamplingParams
 //   seed             -> SamplingParams::seed; choice j gets seed + j so n choices differ
-//   stop (string or list), stop_token_ids, ignore_eos -> GenerationRequest
+//   stop (string or list), stop_token_ids, ignore_eos, min_tokens -> GenerationRequest
+//   logit_bias       -> SamplingParams::logit_bias
 //   logprobs + top_logprobs (chat), logprobs = k (completions) -> top_logprobs
 //   echo (completions: the prompt text is prepended; chat: the last message when it is the
 //         assistant's, as vLLM does), stream, stream_options.include_usage
-//   user             -> accepted, ignored
+//   user, metadata, store, ... -> accepted, ignored
 #pragma once
 
 #include <cstdint>
@@ -81,6 +83,7 @@ struct ApiRequest {
   std::vector<std::string> stop;
   std::vector<int32_t> stop_token_ids;
   bool ignore_eos = false;
+  int32_t min_tokens = 0;
   bool logprobs = false;
   int32_t top_logprobs = 0;  // alternatives per token when logprobs
   bool echo = false;
@@ -119,6 +122,13 @@ struct Plan {
   std::vector<GenerationRequest> choices;  // choice i belongs to prompts[i / n]
   std::vector<std::string> echo;           // per choice: text prepended to its output
 };
+
+// The chat of req rendered by the model's template and tokenized (BOS/EOS only when add_special),
+// or a text tokenized; no length checks. Failures are 400s naming "messages" / param.
+std::variant<PreparedPrompt, ApiError> prepare_chat(const ApiRequest& req, const ModelInfo& model,
+                                                    bool add_special);
+std::variant<PreparedPrompt, ApiError> prepare_text(const std::string& text, const ModelInfo& model,
+                                                    bool add_special, const char* param);
 
 // Renders/tokenizes and checks lengths: a prompt that does not leave room for one generated
 // token, or prompt + max_tokens beyond max_model_len, is a 400; an unknown model is a 404.

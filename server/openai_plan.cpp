@@ -1,6 +1,7 @@
 // The OpenAI codec, planning: a validated ApiRequest to GenerationRequests, one per choice —
 // the chat template renders the messages, the tokenizer encodes the prompt, the context length is
 // checked. Every failure is an ApiError, never an exception.
+#include <algorithm>
 #include <optional>
 #include <variant>
 
@@ -43,6 +44,35 @@ std::variant<std::vector<int32_t>, ApiError> encode(const Tokenizer& tok, const 
 
 }  // namespace
 
+std::variant<PreparedPrompt, ApiError> prepare_chat(const ApiRequest& req, const ModelInfo& model,
+                                                    bool add_special) {
+  if (!model.chat_template) return invalid_request("this model has no chat template", "messages");
+  ojson ctx = req.template_kwargs;
+  ctx["messages"] = req.messages;
+  ctx["add_generation_prompt"] = req.add_generation_prompt;
+  if (!req.tools.is_null()) ctx["tools"] = req.tools;
+  PreparedPrompt p;
+  try {
+    p.text = model.chat_template->render(ctx);
+  } catch (const std::exception& e) {
+    return invalid_request(cat("the chat template failed: ", e.what()), "messages");
+  }
+  if (auto e = check_prompt_size(p.text, "messages")) return *e;
+  // The template writes BOS itself where the model wants one (as HF apply_chat_template).
+  const auto ids = encode(*model.tokenizer, p.text, add_special, "messages");
+  if (auto* e = std::get_if<ApiError>(&ids)) return *e;
+  p.ids = std::get<std::vector<int32_t>>(ids);
+  return p;
+}
+
+std::variant<PreparedPrompt, ApiError> prepare_text(const std::string& text, const ModelInfo& model,
+                                                    bool add_special, const char* param) {
+  if (auto e = check_prompt_size(text, param)) return *e;
+  const auto ids = encode(*model.tokenizer, text, add_special, param);
+  if (auto* e = std::get_if<ApiError>(&ids)) return *e;
+  return PreparedPrompt{std::get<std::vector<int32_t>>(ids), text};
+}
+
 std::variant<Plan, ApiError> plan_request(const ApiRequest& req, const ModelInfo& model) {
   if (!req.model.empty() && req.model != model.served_name) {
     ApiError e = invalid_request(cat("The model '", req.model, "' does not exist"), "model");
@@ -55,23 +85,9 @@ std::variant<Plan, ApiError> plan_request(const ApiRequest& req, const ModelInfo
   const char* param = chat ? "messages" : "prompt";
   Plan plan;
   if (chat) {
-    if (!model.chat_template) return invalid_request("this model has no chat template", param);
-    ojson ctx = req.template_kwargs;
-    ctx["messages"] = req.messages;
-    ctx["add_generation_prompt"] = req.add_generation_prompt;
-    if (!req.tools.is_null()) ctx["tools"] = req.tools;
-    PreparedPrompt p;
-    try {
-      p.text = model.chat_template->render(ctx);
-    } catch (const std::exception& e) {
-      return invalid_request(cat("the chat template failed: ", e.what()), param);
-    }
-    if (auto e = check_prompt_size(p.text, param)) return *e;
-    // The template writes BOS itself where the model wants one (as HF apply_chat_template).
-    const auto ids = encode(tok, p.text, /*add_special=*/false, param);
-    if (auto* e = std::get_if<ApiError>(&ids)) return *e;
-    p.ids = std::get<std::vector<int32_t>>(ids);
-    plan.prompts.push_back(std::move(p));
+    auto p = prepare_chat(req, model, /*add_special=*/false);
+    if (auto* e = std::get_if<ApiError>(&p)) return *e;
+    plan.prompts.push_back(std::move(std::get<PreparedPrompt>(p)));
   } else {
     const int32_t vocab = tok.vocab_size();
     for (size_t i = 0; i < req.prompts.size(); ++i) {
@@ -85,11 +101,9 @@ std::variant<Plan, ApiError> plan_request(const ApiRequest& req, const ModelInfo
         p.ids = in.ids;
         p.text = tok.decode(p.ids, /*skip_special=*/true);
       } else {
-        p.text = in.text;
-        if (auto e = check_prompt_size(p.text, param)) return *e;
-        const auto ids = encode(tok, in.text, /*add_special=*/true, param);
-        if (auto* e = std::get_if<ApiError>(&ids)) return *e;
-        p.ids = std::get<std::vector<int32_t>>(ids);
+        auto prepared = prepare_text(in.text, model, /*add_special=*/true, param);
+        if (auto* e = std::get_if<ApiError>(&prepared)) return *e;
+        p = std::move(std::get<PreparedPrompt>(prepared));
       }
       plan.prompts.push_back(std::move(p));
     }
@@ -117,6 +131,12 @@ std::variant<Plan, ApiError> plan_request(const ApiRequest& req, const ModelInfo
     }
   }
 
+  for (const auto& [id, bias] : req.sampling.logit_bias)
+    if (id >= tok.vocab_size())
+      return invalid_request(cat("'logit_bias' token id ", id, " is out of range (vocabulary size ",
+                                 tok.vocab_size(), ")"),
+                             "logit_bias");
+
   std::string chat_echo;
   if (chat && req.echo && !req.messages.empty() && req.messages.back()["role"] == "assistant")
     chat_echo = req.messages.back()["content"].get<std::string>();
@@ -131,6 +151,7 @@ std::variant<Plan, ApiError> plan_request(const ApiRequest& req, const ModelInfo
       g.stop = req.stop;
       g.stop_ids = req.stop_token_ids;
       g.ignore_eos = req.ignore_eos;
+      g.min_tokens = std::min(req.min_tokens, g.max_tokens);
       g.top_logprobs = req.logprobs ? req.top_logprobs : -1;
       plan.choices.push_back(std::move(g));
       plan.echo.push_back(!req.echo ? std::string() : chat ? chat_echo : p.text);

@@ -166,6 +166,9 @@ constexpr OptionSpec kOptions[] = {
     flag("metrics-public", kServe, kCmd,
          "with --api-key, serve /metrics without the key too (for a scraper on a trusted "
          "network)"),
+    text("allowed-origins", kServe, kCmd, "O,O", "*",
+         "origins whose browser pages may call the API (CORS), comma-separated; `*` any; empty: "
+         "no CORS headers"),
     text("served-model-name", kServe, kCmd, "NAME", "", "the model's name in the API")
         .computed("the model folder's name"),
     integer("max-batch", kServe, kCmd, "N", "64", 1, 4096, "running sequences at most"),

@@ -147,6 +147,7 @@ std::string global_help() {
       "usage: tandem <command> [options]\n"
       "       tandem <command> --help     the command's options\n"
       "       tandem help --markdown      every option as markdown (docs/options.md)\n"
+      "       tandem help --params-markdown  the API's request parameters (README.md)\n"
       "\ncommands:\n";
   for (const CommandSpec& c : command_table()) {
     std::string head = cat("  ", c.name);

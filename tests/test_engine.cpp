@@ -106,7 +106,10 @@ TEST_CASE("stop strings cut the text across token boundaries and are never emitt
   CHECK(t.text.size() < full.text.size());
 }
 
-TEST_CASE("max_tokens and the context limit end with length; EOS ends with stop", "[engine]") {
+TEST_CASE(
+    "max_tokens and the context limit end with length; EOS ends with stop, not before "
+    "min_tokens; logit_bias",
+    "[engine]") {
   Setup s;
   const auto prompt = demo_tokenizer().encode("Once upon a time");  // 5 tokens
   {
@@ -145,6 +148,28 @@ TEST_CASE("max_tokens and the context limit end with length; EOS ends with stop"
   CHECK(r.completion_tokens == static_cast<int32_t>(r.tokens.size()));
   CHECK(r.text == continuation(prompt, std::vector<int32_t>(out.begin(),
                                                             out.begin() + static_cast<long>(k))));
+  // min_tokens: the EOS cannot be drawn before k + 3 tokens; what comes instead is the greedy
+  // choice without it, and the output may still end at EOS later (or at max_tokens).
+  GenerationRequest late = req;
+  late.min_tokens = static_cast<int32_t>(k) + 3;
+  late.max_tokens = static_cast<int32_t>(k) + 8;
+  const Result m = collect(*engine.submit(late));
+  REQUIRE(m.completion_tokens >= late.min_tokens);
+  CHECK(std::vector<int32_t>(m.tokens.begin(), m.tokens.begin() + static_cast<long>(k)) ==
+        std::vector<int32_t>(out.begin(), out.begin() + static_cast<long>(k)));
+  CHECK(m.tokens[k] != out[k]);
+  for (int32_t i = 0; i < late.min_tokens; ++i) CHECK(m.tokens[static_cast<size_t>(i)] != out[k]);
+  // logit_bias +100 on a token makes greedy decoding pick it at every step.
+  GenerationRequest forced = greedy(prompt, 6);
+  forced.sampling.logit_bias = {{out[k] == 42 ? 43 : 42, 100.0f}};
+  const Result f = collect(*engine.submit(forced));
+  CHECK(f.tokens == std::vector<int32_t>(6, forced.sampling.logit_bias[0].first));
+  GenerationRequest bad = greedy(prompt, 4);
+  bad.sampling.logit_bias = {{1 << 30, 1.0f}};
+  CHECK_THROWS_AS(engine.submit(bad), Error);
+  bad = greedy(prompt, 4);
+  bad.min_tokens = 5;
+  CHECK_THROWS_AS(engine.submit(bad), Error);
   std::filesystem::remove_all(dir);
 }
 

@@ -88,7 +88,7 @@ TEST_CASE("codec: chat request fields reach the sampling params", "[codec]") {
     "frequency_penalty": -0.5, "repetition_penalty": 1.1, "seed": 42, "n": 3,
     "max_tokens": 9, "max_completion_tokens": 11, "stop": "END", "logprobs": true,
     "top_logprobs": 2, "stream": true, "stream_options": {"include_usage": true},
-    "user": "someone", "unknown_field": {"ignored": true}})");
+    "user": "someone", "metadata": {"ignored": true}})");
   CHECK(r.sampling.temperature == Approx(0.5));
   CHECK(r.sampling.top_p == Approx(0.9));
   CHECK(r.sampling.top_k == 7);

@@ -134,6 +134,25 @@ TEST_CASE("penalties", "[sampler]") {
   CHECK(m[2] == Approx(0.9f));
 }
 
+TEST_CASE("logit_bias is added before the penalties and makes the sampler not plain", "[sampler]") {
+  SamplingParams p;
+  p.temperature = 0;
+  CHECK(Sampler(p, 1).plain());
+  p.logit_bias = {{0, -100.0f}, {2, 1.5f}, {7, 100.0f}};  // 7: outside this row, skipped
+  Sampler s(p, 1);
+  CHECK_FALSE(s.plain());
+  CHECK_THROWS(s.backend_row());
+  auto l = logits_of({3.0f, 2.0f, 1.0f});
+  CHECK(s.sample(l, {}, {}) == 2);  // 1 + 1.5 beats 2; token 0 is banned
+  CHECK(l[0] == -97.0f);
+  CHECK(l[2] == 2.5f);
+  p.repetition_penalty = 2.0f;  // the bias comes first: (1 + 1.5) / 2 < 2
+  Sampler r(p, 1);
+  auto m = logits_of({3.0f, 2.0f, 1.0f});
+  CHECK(r.sample(m, std::vector<int32_t>{2}, {}) == 1);
+  CHECK(m[2] == 1.25f);
+}
+
 TEST_CASE("same seed, same draws; other seed, other draws", "[sampler]") {
   std::vector<float> l(100);
   for (size_t i = 0; i < l.size(); ++i) l[i] = std::sin(static_cast<float>(i));

@@ -282,6 +282,58 @@ TEST_CASE("e2e: /metrics counters move", "[e2e]") {
         metric(before, "tandem_step_forward_seconds_total"));
 }
 
+TEST_CASE("e2e: /tokenize, /detokenize, /v1/models/{id}, X-Request-Id and CORS", "[e2e]") {
+  auto ok_json = [](const std::string& path, const json& body) {
+    const Reply r = post(path, body);
+    INFO(r.body);
+    REQUIRE(r.status == 200);
+    return r.j;
+  };
+  const json t = ok_json("/tokenize", {{"prompt", "def f(x):"}, {"return_token_strs", true}});
+  CHECK(t["count"].get<size_t>() == t["tokens"].size());
+  CHECK(t["token_strs"].size() == t["tokens"].size());
+  CHECK(ok_json("/detokenize", {{"tokens", t["tokens"]}})["prompt"].get<std::string>().find(
+            "def f(x):") != std::string::npos);
+  CHECK(ok_json("/tokenize", {{"messages", kChatMessages}})["count"].get<int>() > 0);
+  CHECK(error_of(post("/tokenize", {{"prompt", "a"}, {"model", "other"}}), 404)["code"] ==
+        "model_not_found");
+  int status = 0;
+  CHECK(json::parse(get("/v1/models/tiny", &status))["id"] == "tiny");
+  CHECK(status == 200);
+  CHECK(json::parse(get("/v1/models/nope", &status))["error"]["code"] == "model_not_found");
+  CHECK(status == 404);
+
+  // X-Request-Id: echoed when sane, made up otherwise, on errors too.
+  auto c = client(main_server().port());
+  auto r = c->Post("/v1/completions", {{"X-Request-Id", "abc-123"}},
+                   json{{"prompt", "Hi"}, {"max_tokens", 2}}.dump(), "application/json");
+  REQUIRE(r);
+  CHECK(r->status == 200);
+  CHECK(r->get_header_value("X-Request-Id") == "abc-123");
+  r = c->Post("/v1/completions", {{"X-Request-Id", "bad id"}}, "{}", "application/json");
+  REQUIRE(r);
+  CHECK(r->status == 400);
+  CHECK(r->get_header_value("X-Request-Id").rfind("req-", 0) == 0);
+
+  // CORS: a preflight needs no key; responses allow the origin (default --allowed-origins *).
+  auto anon = client(main_server().port(), "");
+  r = anon->Options("/v1/chat/completions", {{"Origin", "http://localhost:3000"},
+                                             {"Access-Control-Request-Method", "POST"},
+                                             {"Access-Control-Request-Headers", "authorization"}});
+  REQUIRE(r);
+  CHECK(r->status == 204);
+  CHECK(r->get_header_value("Access-Control-Allow-Origin") == "*");
+  CHECK(r->get_header_value("Access-Control-Allow-Headers") == "authorization");
+  CHECK(r->get_header_value("Access-Control-Allow-Methods").find("POST") != std::string::npos);
+  r = c->Get("/v1/models", {{"Origin", "http://localhost:3000"}});
+  REQUIRE(r);
+  CHECK(r->get_header_value("Access-Control-Allow-Origin") == "*");
+  CHECK(r->get_header_value("Access-Control-Expose-Headers") == "X-Request-Id");
+  r = c->Get("/v1/models");  // no Origin, no CORS headers
+  REQUIRE(r);
+  CHECK_FALSE(r->has_header("Access-Control-Allow-Origin"));
+}
+
 TEST_CASE("e2e: the OpenAI Node SDK", "[e2e][sdk]") {
   const fs::path sdk = tandem::test::repo_path("tests/sdk");
   REQUIRE(std::system("node --version > /dev/null 2>&1") == 0);

@@ -129,7 +129,19 @@ TEST_CASE("e2e: API key, unknown routes and oversize bodies", "[e2e][errors]") {
 }
 
 TEST_CASE("e2e: a full queue answers 429; SIGTERM finishes streams and exits 0", "[e2e][errors]") {
-  ServerProcess small({"--max-batch", "1", "--max-waiting", "1", "--shutdown-grace", "120"});
+  ServerProcess small({"--max-batch", "1", "--max-waiting", "1", "--shutdown-grace", "120",
+                       "--allowed-origins", "https://a.example, https://b.example"});
+  {  // CORS with a list of origins: a listed one is echoed (with Vary), another gets nothing.
+    auto c = client(small.port(), "");
+    auto r = c->Get("/v1/models", {{"Origin", "https://b.example"}});
+    REQUIRE(r);
+    CHECK(r->get_header_value("Access-Control-Allow-Origin") == "https://b.example");
+    CHECK(r->get_header_value("Vary") == "Origin");
+    r = c->Options("/v1/models", {{"Origin", "https://c.example"}});
+    REQUIRE(r);
+    CHECK(r->status == 204);
+    CHECK_FALSE(r->has_header("Access-Control-Allow-Origin"));
+  }
   const json body = {{"prompt", "Once upon a time"}, {"max_tokens", 300}, {"ignore_eos", true}};
   std::vector<std::thread> threads;
   std::vector<Reply> replies(8);
