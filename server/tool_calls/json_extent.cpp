@@ -8,9 +8,11 @@ void JsonExtent::reset() {
   started_ = false;
   in_string_ = false;
   escaped_ = false;
+  state_ = State::kRunning;
 }
 
 JsonExtent::State JsonExtent::feed(std::string_view text, size_t* pos) {
+  if (state_ != State::kRunning) return state_;
   for (size_t i = *pos; i < text.size(); ++i) {
     const char c = text[i];
     if (in_string_) {
@@ -24,7 +26,7 @@ JsonExtent::State JsonExtent::feed(std::string_view text, size_t* pos) {
     }
     if (!started_ && c != '{' && c != '[') {
       *pos = i;
-      return State::kFailed;
+      return state_ = State::kFailed;
     }
     started_ = true;
     if (c == '"') {
@@ -32,18 +34,18 @@ JsonExtent::State JsonExtent::feed(std::string_view text, size_t* pos) {
     } else if (c == '{' || c == '[') {
       if (closers_.size() >= max_depth_) {
         *pos = i;
-        return State::kFailed;
+        return state_ = State::kFailed;
       }
       closers_.push_back(c == '{' ? '}' : ']');
     } else if (c == '}' || c == ']') {
       if (c != closers_.back()) {
         *pos = i;
-        return State::kFailed;
+        return state_ = State::kFailed;
       }
       closers_.pop_back();
       if (closers_.empty()) {
         *pos = i + 1;
-        return State::kDone;
+        return state_ = State::kDone;
       }
     }
   }

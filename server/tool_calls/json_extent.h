@@ -22,7 +22,8 @@ class JsonExtent {
 
   // Scans text[*pos, text.size()), advancing *pos. kDone: *pos is one past the closing bracket;
   // kFailed: *pos is at the offending byte (a mismatched bracket, too deep, or a first byte that
-  // opens no object or array); kRunning: everything was consumed.
+  // opens no object or array); kRunning: everything was consumed. Once kDone or kFailed, feed()
+  // returns that again and leaves *pos alone.
   State feed(std::string_view text, size_t* pos);
 
  private:
@@ -31,6 +32,7 @@ class JsonExtent {
   bool started_ = false;
   bool in_string_ = false;
   bool escaped_ = false;
+  State state_ = State::kRunning;
 };
 
 }  // namespace tandem::tool_calls

@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "kernels/json_depth.h"
+#include "server/tool_calls/call_header.h"
 #include "server/tool_calls/tool_declarations.h"
 
 namespace tandem::tool_calls {
@@ -64,7 +65,10 @@ nlohmann::ordered_json parse_json(std::string_view text) {
 }  // namespace
 
 ToolCallParser::ToolCallParser(ParserOptions options, uint64_t seed)
-    : options_(std::move(options)), rng_(seed), extent_(kMaxRequestJsonDepth) {
+    : options_(std::move(options)),
+      rng_(seed),
+      extent_(kMaxRequestJsonDepth),
+      args_extent_(kMaxRequestJsonDepth) {
   const bool think = options_.reasoning == ReasoningFormat::kThink;
   if (think && options_.starts_in_reasoning) mode_ = Mode::kReasoning;
   think_allowed_ = think && !options_.starts_in_reasoning;
@@ -208,7 +212,7 @@ bool ToolCallParser::step_call(bool final, ParserDelta& out) {
         if (c == '{' || (c == '[' && array_ok)) {
           value_start_ = pos_;
           extent_.reset();
-          step_ = Step::kValue;
+          step_ = c == '{' && options_.stream_arguments ? Step::kHeader : Step::kValue;
         } else if (array_ok && is_name_char(c)) {
           name_start_ = pos_;
           named_ = true;
@@ -261,12 +265,80 @@ bool ToolCallParser::step_call(bool final, ParserDelta& out) {
         value_start_ = pos_;
         extent_.reset();
         step_ = Step::kValue;
+        std::string name(buf.substr(name_start_, name_end_ - name_start_));
+        if (options_.stream_arguments && declared_ok(name))
+          begin_stream(std::move(name), pos_, out);
         continue;
+      }
+      case Step::kHeader: {
+        const CallHeader h = read_call_header(buf.substr(value_start_));
+        if (h.status == CallHeader::Status::kNeedMore) break;
+        step_ = Step::kValue;  // another shape, or an undeclared name: the whole-call path
+        if (h.status == CallHeader::Status::kYes && declared_ok(h.name))
+          begin_stream(h.name, value_start_ + h.args_start, out);
+        continue;
+      }
+      case Step::kStreamArgs:
+        return step_stream_args(final, out);
+      case Step::kStreamClose: {
+        const size_t at = skip_space(buf, pos_);
+        const Match m = match_at(buf.substr(at), kHermesClose);
+        if (m == Match::kFull) return end_stream(at + kHermesClose.size(), true);
+        if (final && at == buf.size()) return end_stream(at, true);
+        if (m == Match::kNo || final) return end_stream(at, false);
+        break;
       }
     }
     // Waiting for more text; at the end of the output the call is unfinished, so malformed.
     return final ? fail_call(buf.size(), out) : false;
   }
+}
+
+bool ToolCallParser::declared_ok(const std::string& name) const {
+  return options_.undeclared == UndeclaredPolicy::kKeepAsCall ||
+         is_declared(name, options_.declared_functions);
+}
+
+void ToolCallParser::begin_stream(std::string name, size_t args, ParserDelta& out) {
+  ToolCallDelta d;
+  d.index = next_index_++;
+  d.id = new_id();
+  d.name = std::move(name);
+  out.tool_calls.push_back(std::move(d));
+  args_extent_.reset();
+  args_pos_ = emitted_ = args;
+  pos_ = value_start_;
+  step_ = Step::kStreamArgs;
+}
+
+bool ToolCallParser::step_stream_args(bool final, ParserDelta& out) {
+  args_extent_.feed(buf_, &args_pos_);  // stops at the arguments' end (or where they break)
+  if (args_pos_ > emitted_) {
+    // One entry per call and delta: a fragment joins the call's entry already in this delta.
+    const size_t index = next_index_ - 1;
+    if (out.tool_calls.empty() || out.tool_calls.back().index != index) {
+      out.tool_calls.emplace_back();
+      out.tool_calls.back().index = index;
+    }
+    out.tool_calls.back().arguments.append(buf_, emitted_, args_pos_ - emitted_);
+    emitted_ = args_pos_;
+  }
+  const JsonExtent::State s = extent_.feed(buf_, &pos_);
+  if (s == JsonExtent::State::kRunning) return final ? end_stream(buf_.size(), false) : false;
+  if (s == JsonExtent::State::kFailed) return end_stream(pos_, false);
+  if (options_.tool_format != ToolFormat::kHermes) return end_stream(pos_, true);
+  step_ = Step::kStreamClose;
+  return true;
+}
+
+bool ToolCallParser::end_stream(size_t resume, bool ok) {
+  buf_.erase(0, resume);
+  mode_ = Mode::kContent;
+  strip_ws_ = ok;
+  const bool llama = ok && options_.tool_format == ToolFormat::kLlama3Json;
+  call_position_ = llama;
+  after_call_ = llama;
+  return true;
 }
 
 bool ToolCallParser::fail_call(size_t resume, ParserDelta& out) {
@@ -337,9 +409,7 @@ bool ToolCallParser::add_call(const nlohmann::ordered_json& call,
                               std::vector<ToolCallDelta>& calls) {
   ToolCallDelta d;
   if (!read_call(call, &d.name, &d.arguments)) return false;
-  if (options_.undeclared == UndeclaredPolicy::kAsContent &&
-      !is_declared(d.name, options_.declared_functions))
-    return false;
+  if (!declared_ok(d.name)) return false;
   calls.push_back(std::move(d));
   return true;
 }
@@ -352,48 +422,6 @@ std::string ToolCallParser::new_id() {
   // 62 / 2^64, is nil).
   for (int i = 0; i < (mistral ? 9 : 24); ++i) id += kAlnum[rng_() % 62];
   return id;
-}
-
-ParsedOutput parse_all(std::string_view text, const ParserOptions& options, uint64_t seed) {
-  ToolCallParser parser(options, seed);
-  ParsedOutput out;
-  accumulate(out, parser.push(text));
-  accumulate(out, parser.finish());
-  return out;
-}
-
-void accumulate(ParsedOutput& into, const ParserDelta& delta) {
-  into.content += delta.content;
-  into.reasoning_content += delta.reasoning_content;
-  for (const ToolCallDelta& d : delta.tool_calls) {
-    if (d.index >= into.tool_calls.size()) into.tool_calls.resize(d.index + 1);
-    ToolCall& call = into.tool_calls[d.index];
-    if (!d.id.empty()) call.id = d.id;
-    if (!d.name.empty()) call.name = d.name;
-    call.arguments += d.arguments;
-  }
-}
-
-nlohmann::ordered_json tool_call_delta_json(const ToolCallDelta& call) {
-  nlohmann::ordered_json j;
-  j["index"] = call.index;
-  if (!call.id.empty()) {
-    j["id"] = call.id;
-    j["type"] = "function";
-  }
-  nlohmann::ordered_json fn = nlohmann::ordered_json::object();
-  if (!call.name.empty()) fn["name"] = call.name;
-  fn["arguments"] = call.arguments;
-  j["function"] = std::move(fn);
-  return j;
-}
-
-nlohmann::ordered_json tool_call_json(const ToolCall& call) {
-  nlohmann::ordered_json j;
-  j["id"] = call.id;
-  j["type"] = "function";
-  j["function"] = {{"name", call.name}, {"arguments", call.arguments}};
-  return j;
 }
 
 }  // namespace tandem::tool_calls

@@ -7,10 +7,17 @@
 //   until it is decided, and released by finish() if it never became one: nothing is shown twice
 //   or lost. However the text is cut into deltas, the concatenated result is the same, and equals
 //   parse_all() of the whole text.
-// - A tool call is returned in one delta (index, id, name and the whole arguments), once its JSON
-//   is complete and valid: a call's validity is known only at its end, and a call already
-//   streamed could not be taken back when it turns out malformed. Arguments are compact JSON of
-//   the parsed object (key order kept).
+// - By default a tool call is returned in one delta (index, id, name and the whole arguments),
+//   once its JSON is complete and valid: a call's validity is known only at its end, and a call
+//   already streamed could not be taken back when it turns out malformed. Arguments are compact
+//   JSON of the parsed object (key order kept).
+// - With stream_arguments, a call that starts {"name": "...", "arguments": { (Hermes, Llama 3
+//   JSON; Mistral [TOOL_CALLS]name[ARGS]{) is committed there: a first delta with index, id and
+//   name, then the arguments' raw text in fragments as it arrives. Meant for output a grammar
+//   keeps well-formed (tool_choice required / named): a committed call stays a call, so a call
+//   cut off (max_tokens) or broken later keeps the arguments written so far (OpenAI too returns
+//   a cut-off call's partial arguments), and the text after a break is content. Calls in another
+//   shape (other key order, Mistral lists) still come whole.
 // - A malformed call (not JSON, no "name", arguments not an object, unclosed at the end of the
 //   output, or an undeclared function under UndeclaredPolicy::kAsContent) is content, verbatim,
 //   where it stood (vLLM returns such output as content too). Nothing here throws on any text.
@@ -48,15 +55,17 @@ struct ParserOptions {
   // Function names the request declared (declared_function_names()); read only with kAsContent.
   std::vector<std::string> declared_functions;
   UndeclaredPolicy undeclared = UndeclaredPolicy::kKeepAsCall;
+  bool stream_arguments = false;
 };
 
-// One entry of an OpenAI streaming delta.tool_calls; a call comes whole, in one entry.
+// One entry of an OpenAI streaming delta.tool_calls: a whole call, or with stream_arguments the
+// call's first entry (index, id, name, arguments "") and then fragments (index, arguments).
 struct ToolCallDelta {
-  size_t index = 0;  // 0, 1, ... in the order of the output
-  std::string id;    // "call_" + 24 alphanumerics; Mistral: 9 alphanumerics (its template
-                     // refuses other lengths when the call comes back in the next request)
-  std::string name;
-  std::string arguments;  // JSON text of an object
+  size_t index = 0;       // 0, 1, ... in the order of the output
+  std::string id;         // first entry only. "call_" + 24 alphanumerics; Mistral: 9 alphanumerics
+                          // (its template refuses other lengths when the call comes back)
+  std::string name;       // first entry only
+  std::string arguments;  // JSON text of an object, or a fragment of it
 };
 
 struct ParserDelta {
@@ -93,7 +102,19 @@ class ToolCallParser {
   enum class Mode { kContent, kReasoning, kCall, kSkipToClose };
   // Where a call's body is: before its first '{' / '[' (or Mistral name), inside its JSON, after
   // it (Hermes: before </tool_call>), or in a Mistral [TOOL_CALLS]name[ARGS]{...} header.
-  enum class Step { kOpen, kValue, kClose, kName, kArgsMarker, kArgsOpen };
+  // With stream_arguments: reading {"name": ..., "arguments": (kHeader), then streaming the
+  // arguments while the whole object is scanned (kStreamArgs), then (Hermes) </tool_call>.
+  enum class Step {
+    kOpen,
+    kValue,
+    kClose,
+    kName,
+    kArgsMarker,
+    kArgsOpen,
+    kHeader,
+    kStreamArgs,
+    kStreamClose
+  };
 
   void run(bool final, ParserDelta& out);
   bool step_content(bool final, ParserDelta& out);
@@ -106,6 +127,13 @@ class ToolCallParser {
   // The call ended at buf_[end): emits it (true) or fails it (false) by its JSON.
   bool finish_call(size_t end, ParserDelta& out);
   bool add_call(const nlohmann::ordered_json& call, std::vector<ToolCallDelta>& calls);
+  bool declared_ok(const std::string& name) const;
+  // stream_arguments: commits the call (its first delta); its arguments start at buf_[args].
+  void begin_stream(std::string name, size_t args, ParserDelta& out);
+  // Emits the arguments scanned so far; outer is the state of the whole call object's scan.
+  bool step_stream_args(bool final, ParserDelta& out);
+  // The committed call ends; scanning goes on from buf_[resume] (ok: as after any call).
+  bool end_stream(size_t resume, bool ok);
   std::string new_id();
   std::string_view tool_marker() const;
 
@@ -126,7 +154,10 @@ class ToolCallParser {
   bool named_ = false;  // Mistral [TOOL_CALLS]name[ARGS]{...}
   size_t name_start_ = 0;
   size_t name_end_ = 0;
-  JsonExtent extent_;
+  JsonExtent extent_;       // the call's JSON value (the whole object, or Mistral's list)
+  JsonExtent args_extent_;  // stream_arguments: the arguments object inside it
+  size_t args_pos_ = 0;     // stream_arguments: scan position of the arguments
+  size_t emitted_ = 0;      // stream_arguments: arguments emitted up to here
   size_t next_index_ = 0;
 };
 
