@@ -131,6 +131,22 @@ TEST_CASE("hermes: malformed calls are content, verbatim", "[tool_calls]") {
   }
 }
 
+TEST_CASE("hermes: hostile JSON in a call is content, never an exception", "[tool_calls]") {
+  const std::string deep = std::string(200, '[') + std::string(200, ']');
+  for (const std::string& text : {
+           std::string("<tool_call>{\"name\": \"f\", \"arguments\": {\"n\": 1e400}}</tool_call>"),
+           std::string(
+               "<tool_call>{\"name\": \"f\", \"arguments\": {\"s\": \"\xff\xfe\"}}</tool_call>"),
+           std::string(
+               "<tool_call>{\"name\": \"f\", \"arguments\": {\"s\": \"a\nb\"}}</tool_call>"),
+           "<tool_call>{\"name\": \"f\", \"arguments\": {\"d\": " + deep + "}}</tool_call>",
+           "<tool_call>{\"name\": \"f\", \"arguments\": \"" + deep + "\"}</tool_call>",
+       }) {
+    INFO(text);
+    require_content_only(text, kHermes);
+  }
+}
+
 TEST_CASE("hermes: a malformed call does not hide a later valid one", "[tool_calls]") {
   const auto out = parse_checked(
       "<tool_call>oops</tool_call> then\n<tool_call>{\"name\": \"f\", \"arguments\": {}}"
