@@ -20,7 +20,10 @@
 //   shape (other key order, Mistral lists) still come whole.
 // - A malformed call (not JSON, no "name", arguments not an object, unclosed at the end of the
 //   output, or an undeclared function under UndeclaredPolicy::kAsContent) is content, verbatim,
-//   where it stood (vLLM returns such output as content too). Nothing here throws on any text.
+//   where it stood; a Hermes call runs to the first </tool_call> after its opening tag. (vLLM,
+//   non-streaming, returns the whole output as content then; here only the broken call's text
+//   is, and the calls around it stand.) A Hermes call whose JSON is complete when the output
+//   ends without </tool_call> is a call. Nothing here throws on any text.
 // - Whitespace that only separates is dropped: before a call, between calls, after a call and
 //   after </think>. Llama 3 JSON calls are recognised at the start of the output (or of the
 //   content after </think>), after <|python_tag|> and after a previous call (one ';' between
@@ -55,6 +58,8 @@ struct ParserOptions {
   // Function names the request declared (declared_function_names()); read only with kAsContent.
   std::vector<std::string> declared_functions;
   UndeclaredPolicy undeclared = UndeclaredPolicy::kKeepAsCall;
+  // Commit calls at their header and stream the arguments' raw text (see above); off: whole calls
+  // with compact arguments.
   bool stream_arguments = false;
 };
 
