@@ -204,8 +204,10 @@ void parse_messages(Reader& r, const ojson& body, ApiRequest& out) {
   }
   if (const ojson* tc = r.find("tool_choice")) {
     if (tc->is_string() && (*tc == "auto" || *tc == "none")) {
-      // auto: the model decides; none: it is asked not to call (the tools still reach the
-      // template, as vLLM does by default)
+      // auto: the model decides; none: its output is not parsed for calls (the tools still
+      // reach the template, as vLLM does by default)
+      out.tool_choice =
+          *tc == "none" ? ApiRequest::ToolChoice::kNone : ApiRequest::ToolChoice::kAuto;
     } else if (tc->is_string() && *tc == "required") {
       return r.fail("'tool_choice': 'required' is not supported yet (only 'auto' and 'none')",
                     "tool_choice");

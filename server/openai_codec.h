@@ -23,6 +23,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -33,6 +34,7 @@
 #include "engine/request.h"
 #include "engine/sampler.h"
 #include "kernels/common.h"
+#include "server/tool_calls/tool_call_parser.h"
 
 namespace tandem {
 class Tokenizer;
@@ -74,6 +76,7 @@ struct ApiRequest {
   std::string model;                // empty: the served model
   nlohmann::ordered_json messages;  // chat: normalised messages (content as a string)
   nlohmann::ordered_json tools;     // chat: passed to the template when present
+  enum class ToolChoice : uint8_t { kAuto, kNone } tool_choice = ToolChoice::kAuto;
   nlohmann::ordered_json template_kwargs = nlohmann::ordered_json::object();
   bool add_generation_prompt = true;
   std::vector<PromptInput> prompts;  // completions
@@ -109,6 +112,10 @@ struct ModelInfo {
   const ChatTemplate* chat_template = nullptr;  // chat requests fail with 400 without one
   int32_t max_model_len = 0;                    // prompt + generated tokens at most
   std::string served_name;
+  // How the model writes tool calls and reasoning (--tool-call-parser, --reasoning-parser,
+  // detected from the chat template by default): chat output is split accordingly.
+  tool_calls::ToolFormat tool_format = tool_calls::ToolFormat::kNone;
+  tool_calls::ReasoningFormat reasoning_format = tool_calls::ReasoningFormat::kNone;
 };
 
 struct PreparedPrompt {
@@ -121,6 +128,9 @@ struct Plan {
   std::vector<PreparedPrompt> prompts;
   std::vector<GenerationRequest> choices;  // choice i belongs to prompts[i / n]
   std::vector<std::string> echo;           // per choice: text prepended to its output
+  // Chat: how each choice's output is split into content, reasoning_content and tool_calls
+  // (tool_format kNone and reasoning kNone: all content).
+  tool_calls::ParserOptions parser;
 };
 
 // The chat of req rendered by the model's template and tokenized (BOS/EOS only when add_special),
@@ -167,18 +177,25 @@ class ResponseEncoder {
  private:
   struct Choice {
     std::string text;
-    nlohmann::ordered_json logprobs;  // accumulated (non-streaming)
-    size_t text_offset = 0;           // bytes of text before the next token (completions)
+    std::unique_ptr<tool_calls::ToolCallParser> parser;  // sse_event, when the output is split
+    uint64_t parser_seed = 0;                            // ids of the tool calls
+    tool_calls::ParsedOutput parsed;                     // non-streaming, once finished
+    bool called = false;                                 // a tool call was parsed
+    nlohmann::ordered_json logprobs;                     // accumulated (non-streaming)
+    size_t text_offset = 0;  // bytes of text before the next token (completions)
     bool finished = false;
     FinishReason finish = FinishReason::kNone;
     int64_t completion_tokens = 0;
   };
   void absorb(size_t choice, const TokenEvent& ev);
+  std::string finish_reason(const Choice& c) const;
   nlohmann::ordered_json chunk_head() const;
   nlohmann::ordered_json logprobs_of(Choice& c, const TokenEvent& ev, bool chat) const;
   nlohmann::ordered_json usage_json() const;
 
   bool chat_;
+  bool split_ = false;  // chat output goes through a tool-call / reasoning parser
+  tool_calls::ParserOptions parser_options_;
   bool logprobs_;
   bool include_usage_;
   std::string id_;

@@ -1,5 +1,7 @@
 // The OpenAI codec, response side: TokenEvents to chat.completion(.chunk) and text_completion
 // objects, streamed as server-sent events or returned whole, with logprobs and usage.
+#include <random>
+
 #include "server/openai_codec.h"
 
 namespace tandem::openai {
@@ -54,7 +56,17 @@ ResponseEncoder::ResponseEncoder(const ApiRequest& req, const Plan& plan, std::s
       echo_(plan.echo),
       choices_(plan.choices.size()) {
   for (const PreparedPrompt& p : plan.prompts) prompt_tokens_ += static_cast<int64_t>(p.ids.size());
+  split_ = chat_ && (plan.parser.tool_format != tool_calls::ToolFormat::kNone ||
+                     plan.parser.reasoning != tool_calls::ReasoningFormat::kNone);
+  parser_options_ = plan.parser;
+  // Tool-call ids must differ between requests: each choice's parser draws them from its own
+  // random seed.
+  thread_local std::mt19937_64 seeds{std::random_device{}()};
   for (size_t i = 0; i < choices_.size(); ++i) {
+    choices_[i].parser_seed = seeds();
+    if (split_)
+      choices_[i].parser =
+          std::make_unique<tool_calls::ToolCallParser>(parser_options_, choices_[i].parser_seed);
     choices_[i].text_offset = echo_[i].size();
     if (logprobs_) {
       choices_[i].logprobs = chat_ ? ojson{{"content", ojson::array()}, {"refusal", nullptr}}
@@ -138,6 +150,7 @@ void ResponseEncoder::absorb(size_t choice, const TokenEvent& ev) {
   c.finished = true;
   c.finish = ev.finish;
   c.completion_tokens = ev.completion_tokens;
+
   if (ev.finish == FinishReason::kError && !error_) {
     ApiError e;
     e.status = 500;
@@ -153,6 +166,13 @@ void ResponseEncoder::absorb(size_t choice, const TokenEvent& ev) {
     e.message = "the request was cancelled: the server is shutting down";
     error_ = e;
   }
+}
+
+// "tool_calls" when the model called a tool and stopped by itself (a call cut off by max_tokens
+// stays "length", as OpenAI reports it).
+std::string ResponseEncoder::finish_reason(const Choice& c) const {
+  if (c.called && c.finish == FinishReason::kStop) return "tool_calls";
+  return finish_reason_name(c.finish);
 }
 
 std::string ResponseEncoder::sse_start() {
@@ -183,12 +203,38 @@ std::string ResponseEncoder::sse_event(size_t choice, const TokenEvent& ev) {
   if (error_ && !had_error) return sse_error(*error_);
   std::string out;
   const bool has_lp = logprobs_ && !ev.tokens.empty();
-  if (!ev.text.empty() || has_lp) {
+  ojson delta = ojson::object();
+  bool any = false;
+  if (c.parser) {
+    // The text goes through the tool-call / reasoning parser: what it is sure of now.
+    tool_calls::ParserDelta d = c.parser->push(ev.text);
+    if (ev.finish != FinishReason::kNone) {
+      tool_calls::ParserDelta rest = c.parser->finish();
+      d.content += rest.content;
+      d.reasoning_content += rest.reasoning_content;
+      for (auto& t : rest.tool_calls) d.tool_calls.push_back(std::move(t));
+    }
+    if (!d.content.empty()) delta["content"] = d.content;
+    if (!d.reasoning_content.empty()) delta["reasoning_content"] = d.reasoning_content;
+    if (!d.tool_calls.empty()) {
+      c.called = true;
+      ojson calls = ojson::array();
+      for (const auto& t : d.tool_calls) calls.push_back(tool_calls::tool_call_delta_json(t));
+      delta["tool_calls"] = std::move(calls);
+    }
+    any = !d.empty();
+  } else if (chat_) {
+    delta["content"] = ev.text;
+    any = !ev.text.empty();
+  } else {
+    any = !ev.text.empty();
+  }
+  if (any || has_lp) {
     ojson j = chunk_head();
     ojson ch = ojson::object();
     ch["index"] = choice;
     if (chat_)
-      ch["delta"] = ojson{{"content", ev.text}};
+      ch["delta"] = std::move(delta);
     else
       ch["text"] = ev.text;
     ch["logprobs"] = has_lp ? logprobs_of(c, ev, chat_) : ojson(nullptr);
@@ -206,7 +252,7 @@ std::string ResponseEncoder::sse_event(size_t choice, const TokenEvent& ev) {
     else
       ch["text"] = "";
     ch["logprobs"] = nullptr;
-    ch["finish_reason"] = finish_reason_name(ev.finish);
+    ch["finish_reason"] = finish_reason(c);
     j["choices"] = ojson::array({std::move(ch)});
     if (include_usage_) j["usage"] = nullptr;
     out += frame(j);
@@ -229,6 +275,10 @@ std::string ResponseEncoder::sse_end() {
 void ResponseEncoder::add(size_t choice, const TokenEvent& ev) {
   Choice& c = choices_[choice];
   absorb(choice, ev);
+  if (split_ && c.finished) {
+    c.parsed = tool_calls::parse_all(c.text, parser_options_, c.parser_seed);
+    c.called = !c.parsed.tool_calls.empty();
+  }
   if (!logprobs_ || ev.tokens.empty()) return;
   ojson lp = logprobs_of(c, ev, chat_);
   if (chat_) {
@@ -251,12 +301,26 @@ std::string ResponseEncoder::body() const {
     const Choice& c = choices_[i];
     ojson ch = ojson::object();
     ch["index"] = i;
-    if (chat_)
+    if (chat_ && split_) {
+      ojson msg = ojson{{"role", "assistant"}};
+      const std::string content = echo_[i] + c.parsed.content;
+      // OpenAI: content is null in a message that only calls tools.
+      msg["content"] = content.empty() && c.called ? ojson(nullptr) : ojson(content);
+      if (!c.parsed.reasoning_content.empty())
+        msg["reasoning_content"] = c.parsed.reasoning_content;
+      if (c.called) {
+        ojson calls = ojson::array();
+        for (const auto& t : c.parsed.tool_calls) calls.push_back(tool_calls::tool_call_json(t));
+        msg["tool_calls"] = std::move(calls);
+      }
+      ch["message"] = std::move(msg);
+    } else if (chat_) {
       ch["message"] = ojson{{"role", "assistant"}, {"content", echo_[i] + c.text}};
-    else
+    } else {
       ch["text"] = echo_[i] + c.text;
+    }
     ch["logprobs"] = logprobs_ ? c.logprobs : ojson(nullptr);
-    ch["finish_reason"] = finish_reason_name(c.finish);
+    ch["finish_reason"] = finish_reason(c);
     choices.push_back(std::move(ch));
   }
   j["choices"] = std::move(choices);

@@ -54,12 +54,13 @@ constexpr std::array kParams = std::to_array<ParamInfo>({
      "alternatives per token, at most 20; needs `logprobs`"},
     {"tools", true, false, S, false,
      R"([{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}])", "",
-     "passed to the chat template"},
+     "passed to the chat template; its calls come back as `tool_calls`"},
     {"tool_choice", true, false, S, false, R"("auto")", "",
-     "`auto` and `none`; `required` and a named function are refused (400) until tool calls are "
-     "parsed"},
+     "`auto`: calls are parsed out of the output in the model's format (`--tool-call-parser`) "
+     "into `tool_calls` / `delta.tool_calls`, finish_reason `tool_calls`; `none`: not parsed; "
+     "`required` and a named function are refused (400) until constrained decoding lands"},
     {"parallel_tool_calls", true, false, I, false, "true", "",
-     "accepted, ignored until tool calls are parsed"},
+     "accepted, ignored: every call the model writes is returned"},
     {"response_format", true, false, S, false, R"({"type": "text"})", "",
      "`text`; `json_object` and `json_schema` are refused (400) until constrained decoding lands"},
     {"modalities", true, false, S, false, R"(["text"])", "", "only `[\"text\"]`"},

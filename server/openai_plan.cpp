@@ -137,6 +137,19 @@ std::variant<Plan, ApiError> plan_request(const ApiRequest& req, const ModelInfo
                                  tok.vocab_size(), ")"),
                              "logit_bias");
 
+  if (chat) {
+    // Tool calls are parsed out of the output when the request declares tools and lets the
+    // model call them; reasoning is split whenever the model writes it.
+    tool_calls::ParserOptions& po = plan.parser;
+    const bool tools = req.tools.is_array() && !req.tools.empty();
+    po.tool_format = tools && req.tool_choice == ApiRequest::ToolChoice::kAuto
+                         ? model.tool_format
+                         : tool_calls::ToolFormat::kNone;
+    po.reasoning = model.reasoning_format;
+    po.starts_in_reasoning = po.reasoning != tool_calls::ReasoningFormat::kNone &&
+                             tool_calls::prompt_opens_reasoning(plan.prompts[0].text);
+  }
+
   std::string chat_echo;
   if (chat && req.echo && !req.messages.empty() && req.messages.back()["role"] == "assistant")
     chat_echo = req.messages.back()["content"].get<std::string>();

@@ -166,6 +166,12 @@ constexpr OptionSpec kOptions[] = {
     flag("metrics-public", kServe, kCmd,
          "with --api-key, serve /metrics without the key too (for a scraper on a trusted "
          "network)"),
+    choice("tool-call-parser", kServe, kCmd, "auto|hermes|llama3_json|mistral|none", "auto",
+           "how chat output is split into content and tool_calls when a request declares tools: "
+           "`auto` reads the format from the chat template (none when it shows no tool syntax)"),
+    choice("reasoning-parser", kServe, kCmd, "auto|think|none", "auto",
+           "`think`: a leading <think>...</think> becomes reasoning_content; `auto`: when the "
+           "chat template handles </think>"),
     text("allowed-origins", kServe, kCmd, "O,O", "*",
          "origins whose browser pages may call the API (CORS), comma-separated; `*` any; empty: "
          "no CORS headers"),

@@ -20,6 +20,7 @@
 #include "server/chat_template.h"
 #include "server/http_server.h"
 #include "server/options.h"
+#include "server/tool_calls/tool_format.h"
 #include "server/tools/commands.h"
 #include "server/tools/device_check.h"
 #include "server/tools/kv_options.h"
@@ -131,6 +132,11 @@ int cmd_serve(const Options& f) {
   openai::ModelInfo mi;
   mi.tokenizer = &tok;
   mi.chat_template = &tmpl;
+  mi.tool_format = tool_calls::resolve_tool_format(f.str("tool-call-parser"), tmpl.source());
+  mi.reasoning_format =
+      tool_calls::resolve_reasoning_format(f.str("reasoning-parser"), tmpl.source());
+  log->info("tool calls: {}; reasoning: {}", tool_calls::tool_format_name(mi.tool_format),
+            tool_calls::reasoning_format_name(mi.reasoning_format));
   mi.max_model_len = engine.max_model_len();
   mi.served_name = f.has("served-model-name")
                        ? f.str("served-model-name")

@@ -1,0 +1,191 @@
+// Chat responses with tool calls and reasoning (server/openai_encoder.cpp with the parser of
+// server/tool_calls/): the plan picks the parser from the model's format and the request's tools
+// and tool_choice; non-streamed bodies carry message.tool_calls (content null when there is
+// none), reasoning_content and finish_reason "tool_calls"; streamed chunks carry the same as
+// delta.tool_calls / delta.reasoning_content, and put together equal the body.
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include "engine/tokenizer/tokenizer.h"
+#include "server/chat_template.h"
+#include "server/openai_codec.h"
+#include "test_helpers.h"
+
+using namespace tandem;
+using namespace tandem::openai;
+using json = nlohmann::json;
+using tool_calls::ReasoningFormat;
+using tool_calls::ToolFormat;
+
+namespace {
+
+const Tokenizer& demo_tok() {
+  static const Tokenizer t = Tokenizer::load(test::repo_path("models/tandem-demo"));
+  return t;
+}
+
+const ChatTemplate& chatml() {
+  static const ChatTemplate t(ChatTemplate::fallback_source());
+  return t;
+}
+
+ModelInfo model_info(ToolFormat tf, ReasoningFormat rf) {
+  ModelInfo m;
+  m.tokenizer = &demo_tok();
+  m.chat_template = &chatml();
+  m.max_model_len = 1024;
+  m.served_name = "tiny";
+  m.tool_format = tf;
+  m.reasoning_format = rf;
+  return m;
+}
+
+const json kTools = json::parse(R"([{"type": "function", "function": {"name": "get_weather",
+  "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}])");
+
+struct Planned {
+  ApiRequest req;
+  Plan plan;
+};
+
+Planned planned(json body, const ModelInfo& m) {
+  body["messages"] = {{{"role", "user"}, {"content", "Weather in Paris?"}}};
+  auto r = parse_request(Endpoint::kChat, body.dump(), SamplingParams{});
+  if (auto* e = std::get_if<ApiError>(&r)) FAIL(e->message);
+  Planned out{std::get<ApiRequest>(r), {}};
+  auto p = plan_request(out.req, m);
+  if (auto* e = std::get_if<ApiError>(&p)) FAIL(e->message);
+  out.plan = std::move(std::get<Plan>(p));
+  return out;
+}
+
+// Feeds `pieces` as events, the last one finishing with `finish`.
+std::vector<TokenEvent> events(const std::vector<std::string>& pieces, FinishReason finish) {
+  std::vector<TokenEvent> out;
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    TokenEvent ev;
+    ev.text = pieces[i];
+    ev.tokens = {1};
+    if (i + 1 == pieces.size()) {
+      ev.finish = finish;
+      ev.completion_tokens = static_cast<int32_t>(pieces.size());
+    }
+    out.push_back(ev);
+  }
+  return out;
+}
+
+json body_of(const Planned& p, const std::vector<TokenEvent>& evs) {
+  ResponseEncoder enc(p.req, p.plan, "chatcmpl-x", 1, "tiny");
+  for (const TokenEvent& ev : evs) enc.add(0, ev);
+  return json::parse(enc.body());
+}
+
+// The streamed chunks put together as a message, and the last finish_reason.
+std::pair<json, std::string> streamed(const Planned& p, const std::vector<TokenEvent>& evs) {
+  ResponseEncoder enc(p.req, p.plan, "chatcmpl-x", 1, "tiny");
+  std::string sse = enc.sse_start();
+  for (const TokenEvent& ev : evs) sse += enc.sse_event(0, ev);
+  sse += enc.sse_end();
+  json msg = {{"content", ""}, {"reasoning_content", ""}, {"tool_calls", json::array()}};
+  std::string finish;
+  for (size_t pos = 0; (pos = sse.find("data: ", pos)) != std::string::npos;) {
+    const size_t end = sse.find("\n\n", pos);
+    const std::string payload = sse.substr(pos + 6, end - pos - 6);
+    pos = end + 2;
+    if (payload == "[DONE]") break;
+    const json j = json::parse(payload);
+    const json& ch = j["choices"][0];
+    if (!ch["finish_reason"].is_null()) finish = ch["finish_reason"];
+    const json& d = ch["delta"];
+    if (d.contains("content") && d["content"].is_string())
+      msg["content"] = msg["content"].get<std::string>() + d["content"].get<std::string>();
+    if (d.contains("reasoning_content"))
+      msg["reasoning_content"] =
+          msg["reasoning_content"].get<std::string>() + d["reasoning_content"].get<std::string>();
+    if (d.contains("tool_calls"))
+      for (const json& t : d["tool_calls"]) {
+        const size_t i = t["index"];
+        if (i >= msg["tool_calls"].size())
+          msg["tool_calls"].push_back(
+              {{"id", t["id"]},
+               {"type", "function"},
+               {"function", {{"name", t["function"]["name"]}, {"arguments", ""}}}});
+        json& f = msg["tool_calls"][i]["function"];
+        f["arguments"] =
+            f["arguments"].get<std::string>() + t["function"]["arguments"].get<std::string>();
+      }
+  }
+  return {msg, finish};
+}
+
+}  // namespace
+
+TEST_CASE("tool calls: hermes calls come back as tool_calls, streamed and not", "[openai][tools]") {
+  const Planned p =
+      planned({{"tools", kTools}}, model_info(ToolFormat::kHermes, ReasoningFormat::kNone));
+  CHECK(p.plan.parser.tool_format == ToolFormat::kHermes);
+  const auto evs = events({"<tool_", "call>\n{\"name\": \"get_weather\", \"argu",
+                           "ments\": {\"city\": \"Paris\"}}\n</tool_call>"},
+                          FinishReason::kStop);
+  const json body = body_of(p, evs);
+  const json& ch = body["choices"][0];
+  CHECK(ch["finish_reason"] == "tool_calls");
+  CHECK(ch["message"]["content"].is_null());
+  REQUIRE(ch["message"]["tool_calls"].size() == 1);
+  const json& call = ch["message"]["tool_calls"][0];
+  CHECK(call["type"] == "function");
+  CHECK(call["id"].get<std::string>().rfind("call_", 0) == 0);
+  CHECK(call["function"]["name"] == "get_weather");
+  CHECK(json::parse(call["function"]["arguments"].get<std::string>()) == json{{"city", "Paris"}});
+
+  const auto [msg, finish] = streamed(p, evs);
+  CHECK(finish == "tool_calls");
+  CHECK(msg["content"] == "");
+  REQUIRE(msg["tool_calls"].size() == 1);
+  CHECK(msg["tool_calls"][0]["function"]["name"] == "get_weather");
+  CHECK(json::parse(msg["tool_calls"][0]["function"]["arguments"].get<std::string>()) ==
+        json{{"city", "Paris"}});
+}
+
+TEST_CASE("tool calls: content around calls, cut-off calls, tool_choice none, no tools",
+          "[openai][tools]") {
+  const ModelInfo m = model_info(ToolFormat::kHermes, ReasoningFormat::kNone);
+  const Planned p = planned({{"tools", kTools}}, m);
+  // Text before the call stays content; a call cut off by max_tokens is content and "length".
+  json body = body_of(
+      p, events({"Let me check. ", "<tool_call>\n{\"name\": \"get_wea"}, FinishReason::kLength));
+  CHECK(body["choices"][0]["finish_reason"] == "length");
+  CHECK(body["choices"][0]["message"]["content"] ==
+        "Let me check. <tool_call>\n{\"name\": \"get_wea");
+  CHECK_FALSE(body["choices"][0]["message"].contains("tool_calls"));
+  const std::vector<std::string> call = {
+      "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {}}\n</tool_call>"};
+  for (const json& extra : {json{{"tools", kTools}, {"tool_choice", "none"}}, json::object()}) {
+    const Planned q = planned(extra, m);
+    CHECK(q.plan.parser.tool_format == ToolFormat::kNone);
+    body = body_of(q, events(call, FinishReason::kStop));
+    CHECK(body["choices"][0]["finish_reason"] == "stop");
+    CHECK(body["choices"][0]["message"]["content"] == call[0]);
+  }
+  // A model without a tool format: everything is content.
+  const Planned none =
+      planned({{"tools", kTools}}, model_info(ToolFormat::kNone, ReasoningFormat::kNone));
+  CHECK(body_of(none, events(call, FinishReason::kStop))["choices"][0]["message"]["content"] ==
+        call[0]);
+}
+
+TEST_CASE("reasoning: <think> becomes reasoning_content, streamed and not", "[openai][tools]") {
+  const Planned p = planned(json::object(), model_info(ToolFormat::kNone, ReasoningFormat::kThink));
+  const auto evs =
+      events({"<thi", "nk>Paris is in France.</th", "ink>\n\nIt is sunny."}, FinishReason::kStop);
+  const json body = body_of(p, evs);
+  const json& msg = body["choices"][0]["message"];
+  CHECK(msg["reasoning_content"] == "Paris is in France.");
+  CHECK(msg["content"] == "It is sunny.");
+  CHECK(body["choices"][0]["finish_reason"] == "stop");
+  const auto [s, finish] = streamed(p, evs);
+  CHECK(s["reasoning_content"] == "Paris is in France.");
+  CHECK(s["content"] == "It is sunny.");
+  CHECK(finish == "stop");
+}
