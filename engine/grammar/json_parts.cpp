@@ -46,16 +46,28 @@ std::string nonneg_range_regex(uint64_t lo, uint64_t hi) {
   const uint64_t h = std::min(hi, top);
   TANDEM_REQUIRE(lo <= h, kInvalidArgument, "empty integer range");
   std::string out;
+  // Whole length bands (all numbers of len digits) are merged into one [1-9][0-9]{m,n}: one
+  // matcher stack for any digit count instead of one per length.
+  int full_from = 0, full_to = 0;
+  auto flush_full = [&] {
+    if (full_from == 0) return;
+    out += (out.empty() ? "" : "|") + std::string("[1-9][0-9]{") + std::to_string(full_from - 1) +
+           "," + std::to_string(full_to - 1) + "}";
+    full_from = 0;
+  };
   for (int len = 1; len <= kMaxIntDigits; ++len) {
     const uint64_t a = std::max(lo, len == 1 ? 0 : pow10(len - 1));
     const uint64_t b = std::min(h, pow10(len) - 1);
     if (a > b) continue;
-    // A whole length band when unbounded: shorter than listing every band's digits.
-    std::string part = (a == pow10(len - 1) && b == pow10(len) - 1 && len > 1)
-                           ? "[1-9][0-9]{" + std::to_string(len - 1) + "}"
-                           : digits_regex(std::to_string(a), std::to_string(b));
-    out += (out.empty() ? "" : "|") + part;
+    if (len > 1 && a == pow10(len - 1) && b == pow10(len) - 1) {
+      if (full_from == 0) full_from = len;
+      full_to = len;
+      continue;
+    }
+    flush_full();
+    out += (out.empty() ? "" : "|") + digits_regex(std::to_string(a), std::to_string(b));
   }
+  flush_full();
   return "(" + out + ")";
 }
 

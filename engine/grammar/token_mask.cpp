@@ -165,39 +165,65 @@ std::shared_ptr<MaskCache> TokenVocab::cache_for(const std::shared_ptr<const Gra
 
 GrammarMatcher::GrammarMatcher(std::shared_ptr<const Grammar> g,
                                std::shared_ptr<const TokenVocab> vocab)
-    : vocab_(std::move(vocab)), cache_(vocab_->cache_for(g)), bytes_(std::move(g)) {
-  levels_.resize(vocab_->max_depth() + 1);
-  marks_.resize(vocab_->max_depth() + 1);
+    : vocab_(std::move(vocab)), cache_(vocab_->cache_for(g)), bytes_(std::move(g)) {}
+
+// The walk builds the automaton of the states it meets on the fly: states are interned by their
+// key (equal stacks, whatever their node ids), and each (state, byte) transition is computed once
+// by the byte matcher, then looked up. Inside a string nearly every byte leads back to the same
+// state, so most trie nodes cost one table lookup instead of a matcher step.
+int32_t GrammarMatcher::intern(const std::vector<uint32_t>& heads, bool complete) {
+  if (heads.empty() && !complete) return -1;
+  bytes_.state_key(heads, complete, walk_key_);
+  const auto [it, added] = intern_.emplace(walk_key_, static_cast<int32_t>(states_.size()));
+  if (added) {
+    states_.push_back({static_cast<uint32_t>(pool_.size()), static_cast<uint32_t>(heads.size())});
+    pool_.insert(pool_.end(), heads.begin(), heads.end());
+    trans_.resize(trans_.size() + 256, kUnknown);
+  }
+  return it->second;
 }
 
 void GrammarMatcher::compute(std::vector<uint64_t>& bits) {
   bits.assign((static_cast<size_t>(vocab_->size()) + 63) / 64, 0);
   const auto& trie = vocab_->trie();
   const auto& toks = vocab_->trie_tokens();
-  levels_[0] = bytes_.heads();
-  marks_[0] = bytes_.mark();
+  intern_.clear();
+  states_.clear();
+  pool_.clear();
+  trans_.clear();
+  level_.resize(vocab_->max_depth() + 1);
+  const size_t mark = bytes_.mark();
   try {
-    for (size_t i = 1; i < trie.size();) {
+    level_[0] = intern(bytes_.heads(), bytes_.complete());
+    for (size_t i = 1; level_[0] >= 0 && i < trie.size();) {
       const TokenVocab::TrieNode& node = trie[i];
       const size_t d = node.depth;
-      bytes_.rewind(marks_[d - 1]);
-      const bool complete = bytes_.step(levels_[d - 1], node.byte, levels_[d]);
-      if (levels_[d].empty() && !complete) {
+      const auto from = static_cast<size_t>(level_[d - 1]);
+      const size_t slot = from * 256 + node.byte;
+      if (trans_[slot] == kUnknown) {
+        const State st = states_[from];
+        const bool complete = bytes_.step(
+            std::span<const uint32_t>(pool_.data() + st.begin, st.size), node.byte, scratch_);
+        const int32_t to = intern(scratch_, complete);
+        trans_[slot] = to;
+      }
+      const int32_t to = trans_[slot];
+      if (to < 0) {
         i = node.end;  // no token under this prefix fits
         continue;
       }
-      marks_[d] = bytes_.mark();
+      level_[d] = to;
       for (uint32_t t = node.tok_begin; t < node.tok_end; ++t) {
         const auto id = static_cast<uint32_t>(toks[t]);
         bits[id >> 6] |= uint64_t{1} << (id & 63);
       }
-      i = levels_[d].empty() ? node.end : i + 1;
+      i = states_[static_cast<size_t>(to)].size == 0 ? node.end : i + 1;
     }
   } catch (...) {
-    bytes_.rewind(marks_[0]);
+    bytes_.rewind(mark);
     throw;
   }
-  bytes_.rewind(marks_[0]);
+  bytes_.rewind(mark);
 }
 
 const std::vector<uint64_t>& GrammarMatcher::allowed() {

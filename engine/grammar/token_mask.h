@@ -23,6 +23,7 @@
 #include <mutex>
 #include <span>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "engine/grammar/grammar.h"
@@ -99,14 +100,25 @@ class GrammarMatcher {
 
  private:
   void compute(std::vector<uint64_t>& bits);
+  int32_t intern(const std::vector<uint32_t>& heads, bool complete);
 
   std::shared_ptr<const TokenVocab> vocab_;
   std::shared_ptr<MaskCache> cache_;
   ByteMatcher bytes_;
   std::shared_ptr<const std::vector<uint64_t>> allowed_;  // for the current state, or null
-  std::vector<std::vector<uint32_t>> levels_;
-  std::vector<size_t> marks_;
-  std::string key_;
+  // The automaton of one walk (compute): interned states, their heads, transitions by byte.
+  static constexpr int32_t kUnknown = -2;
+  struct State {
+    uint32_t begin, size;  // heads: pool_[begin, begin + size)
+  };
+  std::unordered_map<std::string, int32_t> intern_;
+  std::vector<State> states_;
+  std::vector<uint32_t> pool_;
+  std::vector<int32_t> trans_;  // [state * 256 + byte]: next state, -1 dead, kUnknown
+  std::vector<int32_t> level_;  // state at each trie depth
+  std::vector<uint32_t> scratch_;
+  std::string walk_key_;
+  std::string key_;  // of the current state (the mask cache's key)
   MaskStats stats_;
 };
 
