@@ -152,17 +152,32 @@ void ByteMatcher::compact() {
   std::sort(heads_.begin(), heads_.end());
 }
 
-void ByteMatcher::state_key(std::span<const uint32_t> heads, bool complete,
-                            std::string& key) const {
+void ByteMatcher::state_key(std::span<const uint32_t> heads, bool complete, std::string& key,
+                            bool canonical) const {
   key.clear();
   key.push_back(complete ? 'c' : 'o');
-  for (uint32_t h : heads) {
-    for (uint32_t n = h; n != kNone; n = nodes_[n].parent) {
-      const uint32_t p = nodes_[n].pos;
-      key.append(reinterpret_cast<const char*>(&p), sizeof p);
+  if (!canonical || heads.size() == 1) {
+    for (uint32_t h : heads) {
+      for (uint32_t n = h; n != kNone; n = nodes_[n].parent)
+        key.append(reinterpret_cast<const char*>(&nodes_[n].pos), sizeof(uint32_t));
+      key.append(4, '\xFF');
     }
-    key.append(4, '\xFF');
+    return;
   }
+  // Canonical: heads are ordered by node id, which depends on the arena's history; sorted
+  // stacks give equal states equal keys in every matcher.
+  key_parts_.resize(heads.size());
+  for (size_t i = 0; i < heads.size(); ++i) {
+    std::string& part = key_parts_[i];
+    part.clear();
+    for (uint32_t n = heads[i]; n != kNone; n = nodes_[n].parent) {
+      const uint32_t p = nodes_[n].pos;
+      part.append(reinterpret_cast<const char*>(&p), sizeof p);
+    }
+    part.append(4, '\xFF');
+  }
+  std::sort(key_parts_.begin(), key_parts_.end());
+  for (const std::string& part : key_parts_) key += part;
 }
 
 bool accepts_text(const Grammar& g, std::string_view text) {

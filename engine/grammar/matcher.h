@@ -47,8 +47,11 @@ class ByteMatcher {
   // The heads after byte b from `from` into `out` (cleared); returns whether the grammar is
   // complete after it. Appends nodes: rewind() to a mark taken before to drop them.
   bool step(std::span<const uint32_t> from, uint8_t b, std::vector<uint32_t>& out);
-  // A key equal for equal states (whatever the node ids): the positions of every stack.
-  void state_key(std::span<const uint32_t> heads, bool complete, std::string& key) const;
+  // A key of the state: the positions of every stack. Equal states get equal keys in one arena
+  // (stacks in node-id order); `canonical` sorts the stacks, so that equal states get equal keys
+  // in any matcher of the grammar, at some cost.
+  void state_key(std::span<const uint32_t> heads, bool complete, std::string& key,
+                 bool canonical = false) const;
   const Grammar& grammar() const { return *g_; }
 
  private:
@@ -70,6 +73,7 @@ class ByteMatcher {
   size_t work_ = 0;
   std::vector<uint32_t> heads_;
   std::vector<uint32_t> scratch_;
+  mutable std::vector<std::string> key_parts_;
   bool complete_ = false;
 };
 

@@ -228,7 +228,7 @@ void GrammarMatcher::compute(std::vector<uint64_t>& bits) {
 
 const std::vector<uint64_t>& GrammarMatcher::allowed() {
   if (!allowed_) {
-    bytes_.state_key(bytes_.heads(), bytes_.complete(), key_);
+    bytes_.state_key(bytes_.heads(), bytes_.complete(), key_, true);
     allowed_ = cache_->find(key_);
     if (allowed_) {
       ++stats_.hits;
