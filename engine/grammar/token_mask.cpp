@@ -263,6 +263,11 @@ void GrammarMatcher::mask(std::span<float> logits, const std::vector<int32_t>& e
     const uint64_t word = bits[w];
     if (word == ~uint64_t{0}) continue;
     const size_t top = std::min(covered, w * 64 + 64);
+    if (word == 0) {  // the common case outside strings: a plain (vectorised) fill
+      std::fill(logits.begin() + static_cast<std::ptrdiff_t>(w * 64),
+                logits.begin() + static_cast<std::ptrdiff_t>(top), kNegInf);
+      continue;
+    }
     for (size_t i = w * 64; i < top; ++i)
       if (!((word >> (i & 63)) & 1)) logits[i] = kNegInf;
   }
