@@ -200,6 +200,14 @@ TEST_CASE("json_schema: malformed schemas and limits", "[grammar]") {
   } catch (const Error& e) {
     CHECK_THAT(e.what(), Catch::Matchers::Contains("$ref"));
   }
+  // A long enum is one trie: one matcher stack whatever the number of values.
+  json countries = {{"enum", json::array()}};
+  for (int i = 0; i < 3000; ++i) countries["enum"].push_back("c" + std::to_string(i));
+  const auto g = compile_json_schema(countries);
+  CHECK(accepts_text(*g, "\"c2999\""));
+  CHECK(accepts_text(*g, "\"c0\""));
+  CHECK_FALSE(accepts_text(*g, "\"c3000\""));
+  CHECK_FALSE(accepts_text(*g, "\"c\""));
   // Rule count: a schema that multiplies counted repetitions.
   std::string big = R"({"type":"array","maxItems":1000,"items":{"type":"array","maxItems":1000,
       "items":{"type":"string","maxLength":1000}}})";

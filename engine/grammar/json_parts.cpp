@@ -2,6 +2,7 @@
 #include "engine/grammar/json_parts.h"
 
 #include <algorithm>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -72,6 +73,28 @@ std::string nonneg_range_regex(uint64_t lo, uint64_t hi) {
 }
 
 Elem JsonParts::literal(std::string_view bytes) { return b_.rule("literal", {b_.literal(bytes)}); }
+
+Elem JsonParts::literal_set(std::vector<std::string> values) {
+  std::sort(values.begin(), values.end());
+  values.erase(std::unique(values.begin(), values.end()), values.end());
+  // Rule for the values in [lo, hi) that share their first `depth` bytes (sorted: contiguous).
+  std::function<Elem(size_t, size_t, size_t)> node = [&](size_t lo, size_t hi, size_t depth) {
+    TANDEM_REQUIRE(depth < 100000, kInvalidArgument, "enum values too long");
+    if (hi - lo == 1) return literal(std::string_view(values[lo]).substr(depth));
+    std::vector<Seq> alts;
+    size_t i = lo;
+    if (values[i].size() == depth) alts.push_back({}), ++i;  // a value ends here
+    while (i < hi) {
+      const char c = values[i][depth];
+      size_t j = i;
+      while (j < hi && values[j][depth] == c) ++j;
+      alts.push_back({b_.byte(static_cast<uint8_t>(c)), node(i, j, depth + 1)});
+      i = j;
+    }
+    return b_.rule("literals", std::move(alts));
+  };
+  return node(0, values.size(), 0);
+}
 
 Elem JsonParts::ws() {
   if (!ws_) {

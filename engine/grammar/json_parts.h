@@ -51,6 +51,8 @@ class JsonParts {
   Elem regex_exact(std::string_view regex);
   // A literal of the given bytes (e.g. a serialised enum value).
   Elem literal(std::string_view bytes);
+  // Any of the byte strings, as a trie of rules (shared prefixes share a stack).
+  Elem literal_set(std::vector<std::string> values);
 
  private:
   GrammarBuilder& b_;

@@ -93,7 +93,10 @@ class SchemaCompiler {
       alts.push_back({parts_.literal(c->dump())});
     } else if (const auto e = s.find("enum"); e != s.end()) {
       TANDEM_REQUIRE(e->is_array(), kInvalidArgument, "JSON Schema 'enum' must be an array");
-      for (const Json& v : *e) alts.push_back({parts_.literal(v.dump())});
+      std::vector<std::string> values;
+      for (const Json& v : *e) values.push_back(v.dump());
+      // One trie: a long enum costs one matcher stack, not one per value.
+      if (!values.empty()) alts.push_back({parts_.literal_set(values)});
     } else if (const auto all = s.find("allOf"); all != s.end()) {
       TANDEM_REQUIRE(all->is_array() && all->size() == 1, kUnsupported,
                      "unsupported JSON Schema keyword 'allOf' (with more than one schema)");

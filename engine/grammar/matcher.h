@@ -23,7 +23,7 @@
 
 namespace tandem::grammar {
 
-inline constexpr size_t kDefaultMaxStacks = 256;
+inline constexpr size_t kDefaultMaxStacks = 1024;
 
 class ByteMatcher {
  public:
