@@ -88,6 +88,7 @@ class GrammarMatcher {
   const std::vector<uint64_t>& allowed();
   bool is_allowed(int32_t token);
   // Advances by the token's bytes; false (state unchanged) when they do not fit the grammar.
+  // EOS is not a grammar token (false): when it is sampled, complete() was true; stop there.
   bool accept(int32_t token);
   bool complete() const { return bytes_.complete(); }
   // Nothing can follow and the grammar is not complete (cannot happen through the mask).
