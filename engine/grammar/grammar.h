@@ -6,10 +6,10 @@
 // character is just a prefix the grammar can still complete.
 //
 // GrammarBuilder::finish() rejects what the matcher could not run safely: undefined rules, left
-// recursion (a rule reaching itself without consuming a byte, e.g. `a ::= a "x"` or `(x?)*`),
-// rules that derive no finite string (a live state must always be completable, so that a token
-// mask never leads into a dead end) and sizes above the limits. Errors are tandem::Error
-// kInvalidArgument naming the rule.
+// recursion (a rule reaching itself without consuming a byte, e.g. `a ::= a "x"` or `(x?)*`), a
+// root that derives no finite string, and sizes above the limits; it drops the alternatives that
+// derive no finite string (so every live state can be completed, and a token mask never leads
+// into a dead end). Errors are tandem::Error kInvalidArgument naming the rule.
 #pragma once
 
 #include <algorithm>
