@@ -37,6 +37,8 @@ int dispatch(Command c, const Options& o) {
       return cmd_bench_cpu_attn(o);
     case Command::kBenchKernels:
       return cmd_bench_kernels(o);
+    case Command::kBenchGrammar:
+      return cmd_bench_grammar(o);
   }
   TANDEM_FAIL(kInternal, "no code for command ", static_cast<int>(c));
 }

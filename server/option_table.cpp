@@ -21,6 +21,7 @@ constexpr CommandSet kBenchSampler = command_bit(Command::kBenchSampler);
 constexpr CommandSet kBench = command_bit(Command::kBench);
 constexpr CommandSet kBenchCpuAttn = command_bit(Command::kBenchCpuAttn);
 constexpr CommandSet kBenchKernels = command_bit(Command::kBenchKernels);
+constexpr CommandSet kBenchGrammar = command_bit(Command::kBenchGrammar);
 // The commands that load a model: they share the model, device and KV options.
 constexpr CommandSet kLoads = kServe | kRun | kPerplexity | kBenchDecode;
 
@@ -117,6 +118,9 @@ constexpr CommandSpec kCommands[] = {
     {Command::kBenchKernels, "bench-kernels", "[options]",
      "GB/s of the CUDA merge and decode-attention kernels against the device's copy bandwidth, "
      "each checked against the CPU backend first (JSON lines; needs a CUDA device)."},
+    {Command::kBenchGrammar, "bench-grammar", "--model DIR [--schema FILE] [options]",
+     "Cost per decode step of grammar-constrained decoding (token mask + accept) on the model's "
+     "tokenizer, at batch 1 and 8, walking valid documents of a few JSON Schemas (JSON lines)."},
 };
 
 constexpr OptionSpec kOptions[] = {
@@ -366,6 +370,16 @@ constexpr OptionSpec kOptions[] = {
     integer("reps", kBenchKernels, kCmd, "N", "5", 1, 1000, "rounds; the median is reported"),
     integer("copy-mb", kBenchKernels, kCmd, "MB", "1024", 16, 65536,
             "MiB copied to measure the device-to-device bandwidth"),
+
+    // ---- bench-grammar ----
+    text("model", kBenchGrammar, kCmd, "DIR", "", "model folder whose tokenizer.json is used")
+        .needed(),
+    text("schema", kBenchGrammar, kCmd, "FILE", "",
+         "a JSON Schema file to measure instead of the built-in schemas"),
+    integer("steps", kBenchGrammar, kCmd, "N", "512", 8, 100000,
+            "longest document walked, in tokens"),
+    integer("reps", kBenchGrammar, kCmd, "N", "5", 1, 1000,
+            "walks per setting (cold ones each on a freshly compiled grammar)"),
 };
 
 }  // namespace

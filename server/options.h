@@ -30,6 +30,7 @@ enum class Command : uint8_t {
   kBench,
   kBenchCpuAttn,
   kBenchKernels,
+  kBenchGrammar,
 };
 
 // A set of commands, one bit per Command.

@@ -35,5 +35,6 @@ int cmd_bench_sampler(const Options& o);
 int cmd_bench(const Options& o);
 int cmd_bench_cpu_attn(const Options& o);
 int cmd_bench_kernels(const Options& o);
+int cmd_bench_grammar(const Options& o);
 
 }  // namespace tandem
