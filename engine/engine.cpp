@@ -120,9 +120,14 @@ std::shared_ptr<TokenStream> Engine::submit(GenerationRequest req) {
     seed = seeds_();
   }
   auto stream = std::make_shared<TokenStream>();
+  std::shared_ptr<const grammar::Grammar> g = std::move(req.grammar);
   // Built outside the lock: priming the decoder with the prompt costs O(prompt).
   auto seq =
       std::make_unique<Sequence>(id, std::move(req), stream, tokenizer_, std::move(stop_ids), seed);
+  if (g) {
+    std::call_once(vocab_once_, [&] { grammar_vocab_ = grammar::TokenVocab::build(tokenizer_); });
+    seq->matcher = std::make_unique<grammar::GrammarMatcher>(std::move(g), grammar_vocab_);
+  }
   {
     std::lock_guard<std::mutex> lock(mu_);
     admit_check();
@@ -211,6 +216,16 @@ FinishReason Engine::advance(Sequence& seq, const float* logits, int32_t tok) {
   seq.tokens.push_back(tok);
 
   FinishReason reason = FinishReason::kNone;
+  // A grammar-constrained output ends once the grammar is complete and nothing can follow: the
+  // document is whole, and the model would only be asked for the EOS the mask forces.
+  bool grammar_done = false;
+  if (seq.matcher && !seq.is_stop_token(tok)) {
+    if (!seq.matcher->accept(tok))
+      throw Error(ErrorKind::kInternal, cat("token ", tok,
+                                            " was drawn but the grammar does not "
+                                            "allow it"));
+    grammar_done = seq.matcher->finished();
+  }
   if (seq.is_stop_token(tok)) {
     // The stop token's own text is not part of the output.
     ev.text = seq.stop.push(seq.decoder.flush());
@@ -219,6 +234,10 @@ FinishReason Engine::advance(Sequence& seq, const float* logits, int32_t tok) {
   } else {
     ev.text = seq.stop.push(seq.decoder.push(tok));
     if (seq.stop.matched()) {
+      reason = FinishReason::kStop;
+    } else if (grammar_done) {
+      ev.text += seq.stop.push(seq.decoder.flush());
+      ev.text += seq.stop.finish();
       reason = FinishReason::kStop;
     } else if (seq.generated() >= seq.max_tokens) {
       ev.text += seq.stop.push(seq.decoder.flush());

@@ -117,6 +117,10 @@ class Engine {
   int32_t vocab_ = 0;
   int64_t device_blocks_total_ = 0;
   std::vector<int32_t> eos_ids_;
+  // The tokenizer's bytes per token for constrained decoding, built by the first request with a
+  // grammar (a 150K vocabulary takes ~0.1 s).
+  std::once_flag vocab_once_;
+  std::shared_ptr<const grammar::TokenVocab> grammar_vocab_;
 
   // Engine thread only.
   Scheduler scheduler_;

@@ -3,9 +3,11 @@
 #include <spdlog/spdlog.h>
 #include <tbb/parallel_for.h>
 
+#include <algorithm>
 #include <chrono>
 #include <ctime>
 #include <exception>
+#include <limits>
 
 #include "engine/engine.h"
 
@@ -136,7 +138,8 @@ bool Engine::run(const Schedule& work, StepOutput& out, StepTimes& times) {
   if (!model_.backend().host_accessible()) {
     for (size_t i = 0; i < n_chunks; ++i) {
       const ScheduledChunk& c = work.chunks[i];
-      if (!c.last() || c.seq->top_logprobs >= 0 || !c.seq->sampler.plain() || c.seq->stops_masked())
+      if (!c.last() || c.seq->top_logprobs >= 0 || !c.seq->sampler.plain() ||
+          c.seq->stops_masked() || c.seq->matcher)
         continue;
       try {
         rows[i] = c.seq->sampler.backend_row();
@@ -188,8 +191,17 @@ bool Engine::run(const Schedule& work, StepOutput& out, StepTimes& times) {
     try {
       thread_local std::vector<float> row;
       row.assign(out.host_rows[i], out.host_rows[i] + vocab_);  // the sampler modifies its row
-      c.seq->mask_stops(
-          row);  // A row meant for a backend without a sampler: its uniform is drawn already.
+      if (c.seq->matcher) c.seq->matcher->mask(row, c.seq->stop_ids());
+      c.seq->mask_stops(row);
+      // A vocabulary that cannot write a byte the grammar needs (no '{' in it), or min_tokens
+      // past the end of the document, leaves nothing to draw.
+      if (c.seq->matcher && std::none_of(row.begin(), row.end(), [](float x) {
+            return x > -std::numeric_limits<float>::infinity();
+          }))
+        throw Error(ErrorKind::kInvalidArgument,
+                    "the grammar allows no token of this model's vocabulary here (the output so "
+                    "far cannot be continued as the schema requires, within min_tokens)");
+      // A row meant for a backend without a sampler: its uniform is drawn already.
       out.toks[i] = on_backend[i] ? c.seq->sampler.draw(row, rows[i].uniform)
                                   : c.seq->sampler.sample(row, c.seq->prompt(), c.seq->output());
     } catch (...) {

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/grammar/grammar.h"
 #include "engine/sampler.h"
 
 namespace tandem {
@@ -33,8 +34,12 @@ struct GenerationRequest {
                                   // is not emitted (matches across token boundaries count)
   std::vector<int32_t> stop_ids;  // extra stop tokens (EOS ids are added unless ignore_eos)
   bool ignore_eos = false;
-  int32_t min_tokens = 0;     // stop tokens (EOS, stop_ids) cannot be drawn before this many
-                              // generated tokens (stop strings still apply)
+  int32_t min_tokens = 0;  // stop tokens (EOS, stop_ids) cannot be drawn before this many
+                           // generated tokens (stop strings still apply)
+  // Constrained decoding: every token is drawn from those the grammar allows (EOS only once the
+  // grammar is complete); the output ends with stop when the grammar is complete and nothing can
+  // follow. Null: unconstrained.
+  std::shared_ptr<const grammar::Grammar> grammar;
   int32_t top_logprobs = -1;  // -1: no logprobs; k >= 0: the chosen token's logprob and the
                               // k most likely alternatives, per generated token
 };

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/grammar/token_mask.h"
 #include "engine/request.h"
 #include "engine/sampler.h"
 #include "engine/stop_matcher.h"
@@ -41,6 +42,7 @@ struct Sequence {
   // Tokens the KV may ever hold: the last generated token is never fed back.
   int32_t capacity() const { return prompt_len_ + max_tokens; }
   bool is_stop_token(int32_t token) const;
+  const std::vector<int32_t>& stop_ids() const { return stop_ids_; }
   // Whether the next token is drawn with the stop tokens masked (min_tokens not reached yet).
   bool stops_masked() const { return generated() < min_tokens && !stop_ids_.empty(); }
   // Sets the logits of the stop tokens to -inf while stops_masked().
@@ -58,6 +60,7 @@ struct Sequence {
   Sampler sampler;
   StreamDecoder decoder;  // primed with the prompt: the text continues it
   StopMatcher stop;
+  std::unique_ptr<grammar::GrammarMatcher> matcher;  // constrained decoding, or null
 
  private:
   int32_t prompt_len_;

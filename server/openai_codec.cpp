@@ -7,6 +7,7 @@
 
 #include "engine/tokenizer/utf8.h"
 #include "kernels/json_depth.h"
+#include "server/openai_constraints.h"
 #include "server/openai_params.h"
 
 namespace tandem::openai {
@@ -202,38 +203,24 @@ void parse_messages(Reader& r, const ojson& body, ApiRequest& out) {
     if (!tools->is_array()) return r.fail("'tools' must be an array", "tools");
     out.tools = *tools;
   }
-  if (const ojson* tc = r.find("tool_choice")) {
-    if (tc->is_string() && (*tc == "auto" || *tc == "none")) {
-      // auto: the model decides; none: its output is not parsed for calls (the tools still
-      // reach the template, as vLLM does by default)
-      out.tool_choice =
-          *tc == "none" ? ApiRequest::ToolChoice::kNone : ApiRequest::ToolChoice::kAuto;
-    } else if (tc->is_string() && *tc == "required") {
-      return r.fail("'tool_choice': 'required' is not supported yet (only 'auto' and 'none')",
-                    "tool_choice");
-    } else if (tc->is_object()) {
-      return r.fail("'tool_choice': a named function is not supported yet (only 'auto' and 'none')",
-                    "tool_choice");
-    } else {
-      return r.fail("'tool_choice' must be 'auto', 'none', 'required' or a function object",
-                    "tool_choice");
-    }
-  }
   bool parallel = true;
-  r.boolean("parallel_tool_calls", parallel);  // accepted, ignored
+  r.boolean("parallel_tool_calls", parallel);
+  if (const ojson* tc = r.find("tool_choice")) {
+    auto forced = tool_choice_of(*tc, out.tools, parallel);
+    if (auto* e = std::get_if<ApiError>(&forced)) return r.fail(e->message, e->param);
+    ForcedTools& f = std::get<ForcedTools>(forced);
+    out.tool_choice = f.choice;
+    out.forced_function = std::move(f.function);
+    out.grammar = std::move(f.grammar);
+  }
   if (const ojson* rf = r.find("response_format")) {
-    auto type = rf->is_object() ? rf->find("type") : rf->end();
-    if (!rf->is_object() || type == rf->end() || !type->is_string())
-      return r.fail("'response_format' must be an object with a 'type'", "response_format");
-    if (*type == "json_object" || *type == "json_schema")
-      return r.fail(cat("'response_format' type '", type->get<std::string>(),
-                        "' is not supported yet (only 'text')"),
+    auto g = response_format_grammar(*rf);
+    if (auto* e = std::get_if<ApiError>(&g)) return r.fail(e->message, e->param);
+    auto& grammar = std::get<std::shared_ptr<const grammar::Grammar>>(g);
+    if (grammar && out.grammar)
+      return r.fail("'response_format' cannot constrain a reply whose 'tool_choice' forces a call",
                     "response_format");
-    if (*type != "text")
-      return r.fail(
-          cat("'response_format' type must be 'text', 'json_object' or 'json_schema', got '",
-              type->dump(), "'"),
-          "response_format");
+    if (grammar) out.grammar = std::move(grammar);
   }
   if (const ojson* mod = r.find("modalities")) {
     if (!mod->is_array() || mod->empty())

@@ -76,7 +76,18 @@ struct ApiRequest {
   std::string model;                // empty: the served model
   nlohmann::ordered_json messages;  // chat: normalised messages (content as a string)
   nlohmann::ordered_json tools;     // chat: passed to the template when present
-  enum class ToolChoice : uint8_t { kAuto, kNone } tool_choice = ToolChoice::kAuto;
+  // auto: calls are parsed out of the output; none: not; required / named: the output is
+  // constrained to calls (server/openai_constraints.h) and read as such.
+  enum class ToolChoice : uint8_t {
+    kAuto,
+    kNone,
+    kRequired,
+    kNamed
+  } tool_choice = ToolChoice::kAuto;
+  std::string forced_function;  // kNamed
+  // The grammar the output must follow (response_format json_object / json_schema, or a forced
+  // tool call); null: free text.
+  std::shared_ptr<const grammar::Grammar> grammar;
   nlohmann::ordered_json template_kwargs = nlohmann::ordered_json::object();
   bool add_generation_prompt = true;
   std::vector<PromptInput> prompts;  // completions
@@ -131,6 +142,8 @@ struct Plan {
   // Chat: how each choice's output is split into content, reasoning_content and tool_calls
   // (tool_format kNone and reasoning kNone: all content).
   tool_calls::ParserOptions parser;
+  ApiRequest::ToolChoice forced = ApiRequest::ToolChoice::kAuto;  // kRequired / kNamed: forced
+  std::string forced_function;
 };
 
 // The chat of req rendered by the model's template and tokenized (BOS/EOS only when add_special),
@@ -189,6 +202,7 @@ class ResponseEncoder {
   };
   void absorb(size_t choice, const TokenEvent& ev);
   std::string finish_reason(const Choice& c) const;
+  tool_calls::ParsedOutput forced_output(const Choice& c) const;
   nlohmann::ordered_json chunk_head() const;
   nlohmann::ordered_json logprobs_of(Choice& c, const TokenEvent& ev, bool chat) const;
   nlohmann::ordered_json usage_json() const;
@@ -196,6 +210,8 @@ class ResponseEncoder {
   bool chat_;
   bool split_ = false;  // chat output goes through a tool-call / reasoning parser
   tool_calls::ParserOptions parser_options_;
+  ApiRequest::ToolChoice forced_ = ApiRequest::ToolChoice::kAuto;
+  std::string forced_function_;
   bool logprobs_;
   bool include_usage_;
   std::string id_;

@@ -3,6 +3,7 @@
 #include <random>
 
 #include "server/openai_codec.h"
+#include "server/openai_constraints.h"
 
 namespace tandem::openai {
 
@@ -43,7 +44,31 @@ ojson chat_entry(const TokenLogprob& t) {
   return e;
 }
 
+std::string call_id(uint64_t seed) {
+  static const char* alnum = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+  std::mt19937_64 rng(seed ^ 0x9e3779b97f4a7c15ull);
+  std::string id = "call_";
+  for (int i = 0; i < 24; ++i) id += alnum[rng() % 62];
+  return id;
+}
+
 }  // namespace
+
+// The output of a forced tool_choice as calls: a named function's output is its arguments
+// (partial when cut off, as OpenAI returns them); `required` output is the array of calls, or
+// content when it does not parse (cut off by max_tokens).
+tool_calls::ParsedOutput ResponseEncoder::forced_output(const Choice& c) const {
+  tool_calls::ParsedOutput out;
+  if (forced_ == ApiRequest::ToolChoice::kNamed) {
+    out.tool_calls.push_back({call_id(c.parser_seed), forced_function_, c.text});
+  } else if (auto calls = required_calls(c.text)) {
+    for (size_t i = 0; i < calls->size(); ++i)
+      out.tool_calls.push_back({call_id(c.parser_seed + i), (*calls)[i].first, (*calls)[i].second});
+  } else {
+    out.content = c.text;
+  }
+  return out;
+}
 
 ResponseEncoder::ResponseEncoder(const ApiRequest& req, const Plan& plan, std::string id,
                                  int64_t created, std::string model)
@@ -56,7 +81,11 @@ ResponseEncoder::ResponseEncoder(const ApiRequest& req, const Plan& plan, std::s
       echo_(plan.echo),
       choices_(plan.choices.size()) {
   for (const PreparedPrompt& p : plan.prompts) prompt_tokens_ += static_cast<int64_t>(p.ids.size());
-  split_ = chat_ && (plan.parser.tool_format != tool_calls::ToolFormat::kNone ||
+  forced_ = plan.forced;
+  forced_function_ = plan.forced_function;
+  const bool forced =
+      forced_ == ApiRequest::ToolChoice::kRequired || forced_ == ApiRequest::ToolChoice::kNamed;
+  split_ = chat_ && (forced || plan.parser.tool_format != tool_calls::ToolFormat::kNone ||
                      plan.parser.reasoning != tool_calls::ReasoningFormat::kNone);
   parser_options_ = plan.parser;
   // Tool-call ids must differ between requests: each choice's parser draws them from its own
@@ -64,7 +93,7 @@ ResponseEncoder::ResponseEncoder(const ApiRequest& req, const Plan& plan, std::s
   thread_local std::mt19937_64 seeds{std::random_device{}()};
   for (size_t i = 0; i < choices_.size(); ++i) {
     choices_[i].parser_seed = seeds();
-    if (split_)
+    if (split_ && !forced)
       choices_[i].parser =
           std::make_unique<tool_calls::ToolCallParser>(parser_options_, choices_[i].parser_seed);
     choices_[i].text_offset = echo_[i].size();
@@ -205,7 +234,36 @@ std::string ResponseEncoder::sse_event(size_t choice, const TokenEvent& ev) {
   const bool has_lp = logprobs_ && !ev.tokens.empty();
   ojson delta = ojson::object();
   bool any = false;
-  if (c.parser) {
+  if (split_ && !c.parser) {
+    // A forced call: a named function's arguments stream as they come; `required` calls come
+    // whole at the end (or as content when the array does not parse).
+    ojson calls = ojson::array();
+    if (forced_ == ApiRequest::ToolChoice::kNamed) {
+      if (!ev.text.empty() || (ev.finish != FinishReason::kNone && !c.called)) {
+        ojson call = {{"index", 0}};
+        if (!c.called) {
+          call["id"] = call_id(c.parser_seed);
+          call["type"] = "function";
+          call["function"] = {{"name", forced_function_}, {"arguments", ev.text}};
+        } else {
+          call["function"] = {{"arguments", ev.text}};
+        }
+        calls.push_back(std::move(call));
+        c.called = true;
+      }
+    } else if (ev.finish != FinishReason::kNone) {
+      const tool_calls::ParsedOutput o = forced_output(c);
+      for (size_t k = 0; k < o.tool_calls.size(); ++k) {
+        tool_calls::ToolCallDelta d{k, o.tool_calls[k].id, o.tool_calls[k].name,
+                                    o.tool_calls[k].arguments};
+        calls.push_back(tool_calls::tool_call_delta_json(d));
+      }
+      c.called = !o.tool_calls.empty();
+      if (!o.content.empty()) delta["content"] = o.content;
+    }
+    if (!calls.empty()) delta["tool_calls"] = std::move(calls);
+    any = !delta.empty();
+  } else if (c.parser) {
     // The text goes through the tool-call / reasoning parser: what it is sure of now.
     tool_calls::ParserDelta d = c.parser->push(ev.text);
     if (ev.finish != FinishReason::kNone) {
@@ -276,7 +334,8 @@ void ResponseEncoder::add(size_t choice, const TokenEvent& ev) {
   Choice& c = choices_[choice];
   absorb(choice, ev);
   if (split_ && c.finished) {
-    c.parsed = tool_calls::parse_all(c.text, parser_options_, c.parser_seed);
+    c.parsed =
+        c.parser ? tool_calls::parse_all(c.text, parser_options_, c.parser_seed) : forced_output(c);
     c.called = !c.parsed.tool_calls.empty();
   }
   if (!logprobs_ || ev.tokens.empty()) return;

@@ -58,11 +58,15 @@ constexpr std::array kParams = std::to_array<ParamInfo>({
     {"tool_choice", true, false, S, false, R"("auto")", "",
      "`auto`: calls are parsed out of the output in the model's format (`--tool-call-parser`) "
      "into `tool_calls` / `delta.tool_calls`, finish_reason `tool_calls`; `none`: not parsed; "
-     "`required` and a named function are refused (400) until constrained decoding lands"},
-    {"parallel_tool_calls", true, false, I, false, "true", "",
-     "accepted, ignored: every call the model writes is returned"},
-    {"response_format", true, false, S, false, R"({"type": "text"})", "",
-     "`text`; `json_object` and `json_schema` are refused (400) until constrained decoding lands"},
+     "`required` and a named function: the output is constrained by a grammar to calls of the "
+     "declared tools' parameter schemas, so they always parse"},
+    {"parallel_tool_calls", true, false, S, false, "true", "",
+     "false: `required` makes exactly one call"},
+    {"response_format", true, false, S, false,
+     R"({"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}}})",
+     "",
+     "`text`, `json_object`, `json_schema` (its `schema` in the subset of docs/grammar.md; "
+     "anything else a 400 naming the keyword): the output always parses and validates"},
     {"modalities", true, false, S, false, R"(["text"])", "", "only `[\"text\"]`"},
     {"audio", true, false, R, false, R"({"voice": "alloy", "format": "wav"})", "", "no audio"},
     {"prediction", true, false, R, false, R"({"type": "content", "content": "x"})", "",

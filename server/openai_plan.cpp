@@ -148,6 +148,13 @@ std::variant<Plan, ApiError> plan_request(const ApiRequest& req, const ModelInfo
     po.reasoning = model.reasoning_format;
     po.starts_in_reasoning = po.reasoning != tool_calls::ReasoningFormat::kNone &&
                              tool_calls::prompt_opens_reasoning(plan.prompts[0].text);
+    if (req.tool_choice == ApiRequest::ToolChoice::kRequired ||
+        req.tool_choice == ApiRequest::ToolChoice::kNamed) {
+      // The output is the calls themselves, in the grammar's JSON: nothing else to parse.
+      plan.forced = req.tool_choice;
+      plan.forced_function = req.forced_function;
+      po = tool_calls::ParserOptions{};
+    }
   }
 
   std::string chat_echo;
@@ -165,6 +172,7 @@ std::variant<Plan, ApiError> plan_request(const ApiRequest& req, const ModelInfo
       g.stop_ids = req.stop_token_ids;
       g.ignore_eos = req.ignore_eos;
       g.min_tokens = std::min(req.min_tokens, g.max_tokens);
+      g.grammar = req.grammar;
       g.top_logprobs = req.logprobs ? req.top_logprobs : -1;
       plan.choices.push_back(std::move(g));
       plan.echo.push_back(!req.echo ? std::string() : chat ? chat_echo : p.text);

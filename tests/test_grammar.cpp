@@ -16,6 +16,7 @@
 #include "engine/tokenizer/tokenizer.h"
 #include "kernels/common.h"
 #include "tests/json_validate.h"
+#include "tests/sample_schemas.h"
 #include "tests/test_helpers.h"
 
 namespace {
@@ -24,6 +25,7 @@ using tandem::Error;
 using tandem::ErrorKind;
 using tandem::Tokenizer;
 using namespace tandem::grammar;
+using tandem::test::kSampleSchemas;
 using json = nlohmann::json;
 
 std::shared_ptr<const Grammar> gbnf(const std::string& text) { return compile_grammar_text(text); }
@@ -225,24 +227,6 @@ void sample_and_validate(const std::shared_ptr<const TokenVocab>& vocab, int32_t
     CHECK(accepts_text(*g, text));
   }
 }
-
-const char* const kSampleSchemas[] = {
-    R"({"type":"object","properties":{"name":{"type":"string","maxLength":12},
-        "kind":{"enum":["cat","dog",null,7]},"age":{"type":"integer","minimum":0,"maximum":150},
-        "owner":{"type":"object","properties":{"id":{"type":"integer"},"vip":{"type":"boolean"}},
-                 "required":["id"],"additionalProperties":false}},
-        "required":["name","kind","owner"],"additionalProperties":false})",
-    R"({"type":"array","items":{"type":"number","minimum":-1,"maximum":1},"minItems":2,"maxItems":4})",
-    R"({"anyOf":[{"type":"string","pattern":"^[a-z]{2,5}-[0-9]{2}$"},{"type":"integer","exclusiveMinimum":10},
-        {"type":"null"}]})",
-    R"({"$defs":{"node":{"type":"object","properties":{"v":{"type":"integer","maximum":99},
-        "kids":{"type":"array","items":{"$ref":"#/$defs/node"},"maxItems":2}},"required":["v"],
-        "additionalProperties":false}},"$ref":"#/$defs/node"})",
-    R"({"type":"object","properties":{"when":{"type":"string","format":"date"},
-        "score":{"type":"number"},"tags":{"type":"array","items":{"type":"string","minLength":1,
-        "maxLength":4},"maxItems":3}},"required":["when","score"]})",
-    R"({"type":"object","additionalProperties":{"type":["integer","string"]}})",
-};
 
 TEST_CASE("token mask: sampling through the mask on the demo tokenizer yields valid JSON",
           "[grammar]") {

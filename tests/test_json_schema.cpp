@@ -110,8 +110,12 @@ TEST_CASE("json_schema: objects", "[grammar]") {
   check(R"({"properties":{"b":{"type":"integer"},"a":{"type":"integer"}},"required":["a"],
       "additionalProperties":false})",
         {R"({"a":1})", R"({"b":2,"a":1})"}, {R"({"a":1,"b":2})", R"({"b":2})"});
-  // Additional properties: absent means allowed, but never under a declared name.
-  check(R"({"properties":{"id":{"type":"integer"}},"required":["id"]})",
+  // Additional properties: absent means none next to declared properties (strict, as xgrammar
+  // and OpenAI structured outputs), true allows them but never under a declared name.
+  check(R"({"properties":{"id":{"type":"integer"}},"required":["id"]})", {R"({"id":1})"},
+        {R"({"id":1,"x":"y"})", R"({"id":1,"id":2})"});
+  check(R"({"properties":{"id":{"type":"integer"}},"required":["id"],
+      "additionalProperties":true})",
         {R"({"id":1})", R"({"id":1,"x":"y"})", R"({"id":1,"i":2,"idx":[]})"},
         {R"({"id":1,"id":2})"});
   check(R"({"type":"object","additionalProperties":{"type":"integer"}})",

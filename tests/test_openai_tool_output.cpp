@@ -189,3 +189,75 @@ TEST_CASE("reasoning: <think> becomes reasoning_content, streamed and not", "[op
   CHECK(s["content"] == "It is sunny.");
   CHECK(finish == "stop");
 }
+
+TEST_CASE("forced tool calls: a named function's arguments, `required` calls", "[openai][tools]") {
+  const ModelInfo m = model_info(ToolFormat::kNone, ReasoningFormat::kNone);
+  const json named_choice = {{"type", "function"}, {"function", {{"name", "get_weather"}}}};
+  const Planned named = planned({{"tools", kTools}, {"tool_choice", named_choice}}, m);
+  CHECK(named.plan.forced == ApiRequest::ToolChoice::kNamed);
+  REQUIRE(named.plan.choices[0].grammar);
+  const auto args = events({"{\"city\": ", "\"Paris\"}"}, FinishReason::kStop);
+  json body = body_of(named, args);
+  CHECK(body["choices"][0]["finish_reason"] == "tool_calls");
+  CHECK(body["choices"][0]["message"]["content"].is_null());
+  REQUIRE(body["choices"][0]["message"]["tool_calls"].size() == 1);
+  CHECK(body["choices"][0]["message"]["tool_calls"][0]["function"]["name"] == "get_weather");
+  CHECK(json::parse(body["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"]
+                        .get<std::string>()) == json{{"city", "Paris"}});
+  auto [msg, finish] = streamed(named, args);
+  CHECK(finish == "tool_calls");
+  REQUIRE(msg["tool_calls"].size() == 1);
+  CHECK(msg["tool_calls"][0]["function"]["arguments"] == "{\"city\": \"Paris\"}");
+
+  const Planned req = planned({{"tools", kTools}, {"tool_choice", "required"}}, m);
+  CHECK(req.plan.forced == ApiRequest::ToolChoice::kRequired);
+  const auto calls = events({"[{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Oslo\"}}",
+                             ", {\"name\": \"get_weather\", \"parameters\": {}}]"},
+                            FinishReason::kStop);
+  body = body_of(req, calls);
+  CHECK(body["choices"][0]["finish_reason"] == "tool_calls");
+  REQUIRE(body["choices"][0]["message"]["tool_calls"].size() == 2);
+  CHECK(body["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"] ==
+        "{\"city\":\"Oslo\"}");
+  std::tie(msg, finish) = streamed(req, calls);
+  CHECK(finish == "tool_calls");
+  CHECK(msg["tool_calls"].size() == 2);
+  // Cut off: not an array yet, so content, and "length".
+  body = body_of(req, events({"[{\"name\": \"get_w"}, FinishReason::kLength));
+  CHECK(body["choices"][0]["finish_reason"] == "length");
+  CHECK(body["choices"][0]["message"]["content"] == "[{\"name\": \"get_w");
+}
+
+TEST_CASE("forced tool calls and response_format: what is refused", "[openai][tools]") {
+  auto refused = [](const json& extra) {
+    json body = extra;
+    body["messages"] = {{{"role", "user"}, {"content", "x"}}};
+    auto r = parse_request(Endpoint::kChat, body.dump(), SamplingParams{});
+    REQUIRE(std::holds_alternative<ApiError>(r));
+    return std::get<ApiError>(r);
+  };
+  CHECK(refused({{"tool_choice", "required"}}).param == "tool_choice");
+  CHECK(refused({{"tools", kTools},
+                 {"tool_choice", {{"type", "function"}, {"function", {{"name", "nope"}}}}}})
+            .message.find("'nope'") != std::string::npos);
+  json bad_tools = kTools;
+  bad_tools[0]["function"]["parameters"] = {{"type", "object"},
+                                            {"patternProperties", json::object()}};
+  const ApiError e = refused({{"tools", bad_tools}, {"tool_choice", "required"}});
+  CHECK(e.param == "tool_choice");
+  CHECK(e.message.find("patternProperties") != std::string::npos);
+  const json rf = {{"type", "json_schema"},
+                   {"json_schema", {{"name", "x"}, {"schema", {{"not", {{"type", "null"}}}}}}}};
+  CHECK(refused({{"response_format", rf}}).message.find("'not'") != std::string::npos);
+  CHECK(refused({{"response_format", {{"type", "json_schema"}}}}).param == "response_format");
+  CHECK(refused({{"tools", kTools},
+                 {"tool_choice", "required"},
+                 {"response_format", {{"type", "json_object"}}}})
+            .param == "response_format");
+  // What is accepted gets a grammar.
+  json ok = {{"messages", {{{"role", "user"}, {"content", "x"}}}},
+             {"response_format", {{"type", "json_object"}}}};
+  auto r = parse_request(Endpoint::kChat, ok.dump(), SamplingParams{});
+  REQUIRE(std::holds_alternative<ApiRequest>(r));
+  CHECK(std::get<ApiRequest>(r).grammar != nullptr);
+}

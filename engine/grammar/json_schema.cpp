@@ -327,7 +327,13 @@ class SchemaCompiler {
 
     std::optional<Elem> extra;  // one more "key": value pair
     const auto ap = s.find("additionalProperties");
-    if (ap == s.end() || !ap->is_boolean() || ap->template get<bool>()) {
+    // Absent: extra members only when no property is declared (a bare {"type": "object"} asks for
+    // any object). With declared properties the output has those only, as xgrammar's strict mode
+    // and OpenAI's structured outputs do: still valid, and a model that rambles cannot add keys
+    // until max_tokens cuts the document.
+    const bool open = ap == s.end() ? declared.empty() && props.empty()
+                                    : !ap->is_boolean() || ap->template get<bool>();
+    if (open) {
       const Elem value =
           ap == s.end() || ap->is_boolean() ? parts_.value() : compile(*ap, depth + 1);
       const Elem key = declared.empty() ? parts_.string() : other_key(declared);
