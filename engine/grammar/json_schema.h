@@ -5,8 +5,9 @@
 // present, optional ones omittable; additionalProperties false / true / a schema — absent means
 // none when properties are declared (xgrammar's strict mode, OpenAI structured outputs: the
 // output stays valid and bounded), any when none are; extra keys are printable-ASCII strings
-// that are not a declared name), array (items, minItems, maxItems), string (enum, const, minLength, maxLength, pattern,
-// format date / time / date-time / uuid / email / ipv4; other formats are annotations), integer
+// that are not a declared name), array (items, minItems, maxItems), string (enum, const,
+// minLength, maxLength, pattern, format date / time / date-time / uuid / email / ipv4; other
+// formats are annotations), integer
 // and number (minimum, maximum, exclusiveMinimum, exclusiveMaximum; fractional bounds are rounded
 // inward, which keeps every output valid but leaves a sliver of valid numbers unreachable),
 // boolean, null, enum / const of any value, anyOf and oneOf (as alternatives: oneOf's
