@@ -6,10 +6,12 @@
 #include "tests/fuzz/fuzz_chat_template.cpp"
 #include "tests/fuzz/fuzz_config.cpp"
 #include "tests/fuzz/fuzz_jinja.cpp"
+#include "tests/fuzz/fuzz_json_schema.cpp"
 #include "tests/fuzz/fuzz_openai.cpp"
 #include "tests/fuzz/fuzz_safetensors.cpp"
 #include "tests/fuzz/fuzz_tokenizer.cpp"
 #include "tests/fuzz/fuzz_tokenizer_json.cpp"
+#include "tests/fuzz/fuzz_tool_calls.cpp"
 #undef TANDEM_FUZZ_NO_ENTRY
 
 #include <catch2/catch.hpp>
@@ -67,10 +69,12 @@ TEST_CASE("every saved fuzz finding replays without a crash", "[hostile]") {
       {"chat_template", tandem::fuzz_chat_template::run},
       {"config", tandem::fuzz_config::run},
       {"jinja", tandem::fuzz_jinja::run},
+      {"json_schema", tandem::fuzz_json_schema::run},
       {"openai", tandem::fuzz_openai::run},
       {"safetensors", tandem::fuzz_safetensors::run},
       {"tokenizer", tandem::fuzz_tokenizer::run},
-      {"tokenizer_json", tandem::fuzz_tokenizer_json::run}};
+      {"tokenizer_json", tandem::fuzz_tokenizer_json::run},
+      {"tool_calls", tandem::fuzz_tool_calls::run}};
   const fs::path dir = fs::path(TANDEM_SOURCE_DIR) / "tests/fuzz/regressions";
   int replayed = 0;
   for (const auto& [target, run] : harness) {
@@ -282,4 +286,28 @@ TEST_CASE("a tokenizer.json number past the double range is an error naming the 
     CHECK(e.kind() == ErrorKind::kInvalidArgument);
     CHECK(contains(e.what(), "big/tokenizer.json: invalid JSON"));
   }
+}
+
+TEST_CASE("a token id far past the vocabulary is refused, not allocated", "[hostile]") {
+  // Found by fuzz_tokenizer_json: id 100012292 in a 12-entry vocabulary sized the id tables for
+  // 100M tokens (3.2 GB); an added token's id sized the vocabulary the same way.
+  for (const char* text :
+       {R"({"model": {"type": "BPE", "vocab": {"a": 0, "b": 100012292}, "merges": []}})",
+        R"({"added_tokens": [{"id": 900000000, "content": "<x>"}],
+            "model": {"type": "BPE", "vocab": {"a": 0, "b": 1}, "merges": []}})"}) {
+    INFO(text);
+    try {
+      (void)tandem::Tokenizer::from_json_text(text, "", "sparse/tokenizer.json");
+      FAIL("a sparse id loaded");
+    } catch (const Error& e) {
+      CHECK(e.kind() == ErrorKind::kInvalidArgument);
+      CHECK(contains(e.what(), "sparse/tokenizer.json"));
+      CHECK(contains(e.what(), "far past"));
+    }
+  }
+  // A few holes are fine.
+  CHECK(tandem::Tokenizer::from_json_text(
+            R"({"model": {"type": "BPE", "vocab": {"a": 0, "b": 70}, "merges": []}})", "",
+            "holes/tokenizer.json")
+            .vocab_size() == 71);
 }

@@ -57,6 +57,15 @@ BpeModel BpeModel::from_json(const json& model, const std::string& where) {
     m.vocab_.emplace(token, id);
     max_id = std::max(max_id, id);
   }
+  // Tables are indexed by id: one id far past the others would allocate gigabytes for nothing
+  // (a fuzzer's id 100012292 in a 12-entry vocabulary asked for 3.2 GB). Real vocabularies are
+  // dense; a few holes are fine.
+  const int64_t dense_enough = 2 * static_cast<int64_t>(vocab->size()) + 65536;
+  TANDEM_REQUIRE(max_id < dense_enough, kInvalidArgument, where, ": vocab id ", max_id,
+                 " is far past the ", vocab->size(),
+                 " entries of the vocabulary (ids must be "
+                 "below ",
+                 dense_enough, ")");
   m.id_to_token_.resize(static_cast<size_t>(max_id + 1));
   m.has_id_.assign(static_cast<size_t>(max_id + 1), false);
   for (const auto& [token, id] : m.vocab_) {

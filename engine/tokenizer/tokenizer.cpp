@@ -184,6 +184,13 @@ std::shared_ptr<TokenizerImpl> build(const json& tj, const json* config, const s
       impl->added.push_back(std::move(t));
     }
   }
+  // As for the vocabulary (bpe.cpp): tables downstream (the model's vocabulary check, the
+  // grammar's token index) are indexed by id.
+  const int64_t dense_enough = 2 * (static_cast<int64_t>(impl->model.max_id()) + 1 +
+                                    static_cast<int64_t>(impl->added.size())) +
+                               65536;
+  TANDEM_REQUIRE(max_id < dense_enough, kInvalidArgument, where, ": added token id ", max_id,
+                 " is far past the vocabulary (ids must be below ", dense_enough, ")");
   impl->vocab_size = max_id + 1;
 
   impl->normalizer = make_normalizer(tj.value("normalizer", json()), where);
