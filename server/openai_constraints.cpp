@@ -13,6 +13,8 @@ using ojson = nlohmann::ordered_json;
 
 namespace {
 
+constexpr int kMaxParallelCalls = 8;
+
 // Compiled schemas by their text, the most recent 64.
 std::shared_ptr<const grammar::Grammar> compile_cached(const ojson& schema) {
   static std::mutex mu;
@@ -155,8 +157,12 @@ std::variant<ForcedTools, ApiError> tool_choice_of(const ojson& tc, const ojson&
                   {"additionalProperties", false}};
     alts.push_back(std::move(call));
   }
-  ojson schema = {{"type", "array"}, {"minItems", 1}, {"items", {{"anyOf", alts}}}};
-  if (!parallel) schema["maxItems"] = 1;
+  // At most kMaxParallelCalls calls: a model that keeps opening calls would otherwise run the
+  // array to max_tokens, and a cut array is no call at all.
+  ojson schema = {{"type", "array"},
+                  {"minItems", 1},
+                  {"maxItems", parallel ? kMaxParallelCalls : 1},
+                  {"items", {{"anyOf", alts}}}};
   if (!defs.empty()) {
     schema["$defs"] = defs;
     schema["definitions"] = defs;

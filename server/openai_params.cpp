@@ -61,7 +61,7 @@ constexpr std::array kParams = std::to_array<ParamInfo>({
      "`required` and a named function: the output is constrained by a grammar to calls of the "
      "declared tools' parameter schemas, so they always parse"},
     {"parallel_tool_calls", true, false, S, false, "true", "",
-     "false: `required` makes exactly one call"},
+     "`required` makes at most 8 calls, exactly one when false"},
     {"response_format", true, false, S, false,
      R"({"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}}})",
      "",

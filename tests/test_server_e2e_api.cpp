@@ -1,7 +1,8 @@
 // End-to-end tests of `tandem serve` over real HTTP on 127.0.0.1 (tests/server_e2e.h): the real
 // binary on a real model. What the API answers: every route, stream and non-stream agreeing,
 // n > 1 and the prompt forms, stop strings, seeds and the effects of the sampling parameters,
-// max_tokens and usage, logprobs, the /metrics counters, and the OpenAI Node SDK against the
+// max_tokens and usage, logprobs, the /metrics counters, the small routes and headers, and the
+// OpenAI Node SDK (plain, and what agents use: tests/sdk/agent_sdk_test.mjs) against the
 // server. The metrics test reads the counter of successful completions, which exists once the
 // tests before it have made one.
 #include <catch2/catch.hpp>
@@ -334,15 +335,15 @@ TEST_CASE("e2e: /tokenize, /detokenize, /v1/models/{id}, X-Request-Id and CORS",
   CHECK_FALSE(r->has_header("Access-Control-Allow-Origin"));
 }
 
-TEST_CASE("e2e: the OpenAI Node SDK", "[e2e][sdk]") {
+// Runs a script of tests/sdk against the shared server: it must exit 0 and print `marker`.
+static void run_sdk_script(const char* script, const char* marker) {
   const fs::path sdk = tandem::test::repo_path("tests/sdk");
   REQUIRE(std::system("node --version > /dev/null 2>&1") == 0);
   INFO("install the SDK first: npm ci --prefix tests/sdk --no-audit --no-fund");
   REQUIRE(fs::exists(sdk / "node_modules" / "openai" / "package.json"));
   const std::string cmd =
       "TANDEM_BASE_URL=http://127.0.0.1:" + std::to_string(main_server().port()) +
-      "/v1 TANDEM_API_KEY=" + kKey + " TANDEM_MODEL=tiny node " +
-      (sdk / "openai_sdk_test.mjs").string() + " 2>&1";
+      "/v1 TANDEM_API_KEY=" + kKey + " TANDEM_MODEL=tiny node " + (sdk / script).string() + " 2>&1";
   std::string out;
   FILE* p = popen(cmd.c_str(), "r");
   REQUIRE(p);
@@ -351,5 +352,14 @@ TEST_CASE("e2e: the OpenAI Node SDK", "[e2e][sdk]") {
   const int rc = pclose(p);
   INFO(out);
   CHECK(rc == 0);
-  CHECK(out.find("all SDK checks passed") != std::string::npos);
+  CHECK(out.find(marker) != std::string::npos);
+}
+
+TEST_CASE("e2e: the OpenAI Node SDK", "[e2e][sdk]") {
+  run_sdk_script("openai_sdk_test.mjs", "all SDK checks passed");
+}
+
+TEST_CASE("e2e: agents through the OpenAI Node SDK: structured outputs, forced tool calls",
+          "[e2e][sdk]") {
+  run_sdk_script("agent_sdk_test.mjs", "all agent SDK checks passed");
 }

@@ -108,12 +108,12 @@ Elem JsonParts::ws() {
 }
 
 Elem JsonParts::sep() {
-  if (!sep_) sep_ = b_.rule("comma", {{ws(), b_.byte(','), ws()}});
+  if (!sep_) sep_ = b_.rule("comma", {{b_.byte(','), ws()}});
   return *sep_;
 }
 
 Elem JsonParts::colon() {
-  if (!colon_) colon_ = b_.rule("colon", {{ws(), b_.byte(':'), ws()}});
+  if (!colon_) colon_ = b_.rule("colon", {{b_.byte(':')}, {b_.byte(':'), b_.byte(' ')}});
   return *colon_;
 }
 

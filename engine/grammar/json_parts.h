@@ -24,10 +24,13 @@ class JsonParts {
   GrammarBuilder& builder() { return b_; }
 
   // At most one space, or a newline and at most 24 spaces/tabs: JSON whitespace a model cannot
-  // repeat forever.
+  // repeat forever. It goes after '{', '[' and ',' and before '}' and ']' (the layouts of
+  // json.dumps and of pretty printers); a key's colon takes one space at most. A model trained on
+  // indented code otherwise spends most of its tokens on indentation, and a weak one can run a
+  // document of many small objects past max_tokens on whitespace alone.
   Elem ws();
-  Elem sep();    // ws "," ws
-  Elem colon();  // ws ":" ws
+  Elem sep();    // "," ws
+  Elem colon();  // ":" or ": "
   // One character of a JSON string (raw UTF-8 or an escape; never a lone surrogate escape).
   Elem string_char();
   Elem string();  // "..." of any length
