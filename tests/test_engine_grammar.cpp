@@ -1,8 +1,8 @@
-// Constrained decoding through the engine with the model's own logits (models/tandem-demo, a
-// model that writes Python, not JSON): for each of six schemas (nested objects, enums, bounded
-// arrays of numbers, anyOf with a pattern, $refs into $defs, formats, free additionalProperties)
-// 100 seeded samples at temperature 1 all end by themselves (the
-// grammar completes: finish stop) and parse and validate under an independent validator
+// Constrained decoding through the engine with the model's own logits (models/tandem-demo and
+// models/tandem-long, models that write Python, not JSON): for each of six schemas (nested objects,
+// enums, bounded arrays of numbers, anyOf with a pattern, $refs into $defs, formats, free
+// additionalProperties) 100 seeded samples at temperature 1 all end by themselves (the grammar
+// completes: finish stop) and parse and validate under an independent validator
 // (tests/json_validate.h); json_object output is an object; a grammar the vocabulary cannot
 // write fails the request with a clear error instead of drawing a token it forbids.
 #include <catch2/catch.hpp>
@@ -57,8 +57,11 @@ std::vector<std::string> engine_schemas() {
   return out;
 }
 
-TEST_CASE("engine: 100 seeded samples per schema all parse and validate", "[engine][grammar]") {
-  Setup s;
+TEST_CASE("engine: 100 seeded samples per schema all parse and validate, on both bundled models",
+          "[engine][grammar]") {
+  const char* dir = GENERATE("models/tandem-demo", "models/tandem-long");
+  INFO(dir);
+  Setup s(dir);
   KvStore store(s.model->backend(), s.model->kv_shape(), dense_config(), 64, 1024);
   Engine engine(*s.model, demo_tokenizer(), store, EngineOptions{});
   const auto prompt = demo_tokenizer().encode("# the answer as JSON:\n");
