@@ -10,32 +10,17 @@
 #include "server/chat_template.h"
 #include "server/metrics.h"
 #include "server/openai_codec.h"
-#include "test_helpers.h"
+#include "tests/codec_fixture.h"
 
 using namespace tandem;
 using namespace tandem::openai;
+using tandem::test::chatml;
+using tandem::test::demo_tok;
 using json = nlohmann::json;
 
 namespace {
 
-const Tokenizer& demo_tok() {
-  static const Tokenizer t = Tokenizer::load(test::repo_path("models/tandem-demo"));
-  return t;
-}
-
-const ChatTemplate& chatml() {
-  static const ChatTemplate t(ChatTemplate::fallback_source());
-  return t;
-}
-
-ModelInfo model_info(int32_t max_len = 512) {
-  ModelInfo m;
-  m.tokenizer = &demo_tok();
-  m.chat_template = &chatml();
-  m.max_model_len = max_len;
-  m.served_name = "tiny";
-  return m;
-}
+ModelInfo model_info(int32_t max_len = 512) { return test::codec_model(max_len, "tiny"); }
 
 ApiRequest ok(Endpoint ep, const std::string& body) {
   auto r = parse_request(ep, body, SamplingParams{});

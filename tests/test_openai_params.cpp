@@ -12,7 +12,7 @@
 #include "server/chat_template.h"
 #include "server/openai_codec.h"
 #include "server/openai_params.h"
-#include "test_helpers.h"
+#include "tests/codec_fixture.h"
 
 using namespace tandem;
 using namespace tandem::openai;
@@ -20,24 +20,7 @@ using json = nlohmann::json;
 
 namespace {
 
-const Tokenizer& demo_tok() {
-  static const Tokenizer t = Tokenizer::load(test::repo_path("models/tandem-demo"));
-  return t;
-}
-
-const ChatTemplate& chatml() {
-  static const ChatTemplate t(ChatTemplate::fallback_source());
-  return t;
-}
-
-ModelInfo model_info() {
-  ModelInfo m;
-  m.tokenizer = &demo_tok();
-  m.chat_template = &chatml();
-  m.max_model_len = 1024;
-  m.served_name = "tandem-demo";
-  return m;
-}
+ModelInfo model_info() { return test::codec_model(); }
 
 json base(Endpoint ep) {
   return ep == Endpoint::kChat ? json{{"messages", {{{"role", "user"}, {"content", "Hi"}}}}}

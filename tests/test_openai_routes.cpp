@@ -6,32 +6,17 @@
 #include "engine/tokenizer/tokenizer.h"
 #include "server/chat_template.h"
 #include "server/openai_routes.h"
-#include "test_helpers.h"
+#include "tests/codec_fixture.h"
 
 using namespace tandem;
 using namespace tandem::openai;
+using tandem::test::demo_template;
+using tandem::test::demo_tok;
 using json = nlohmann::json;
 
 namespace {
 
-const Tokenizer& demo_tok() {
-  static const Tokenizer t = Tokenizer::load(test::repo_path("models/tandem-demo"));
-  return t;
-}
-
-const ChatTemplate& demo_template() {
-  static const ChatTemplate t = ChatTemplate::from_model_dir(test::repo_path("models/tandem-demo"));
-  return t;
-}
-
-ModelInfo model_info() {
-  ModelInfo m;
-  m.tokenizer = &demo_tok();
-  m.chat_template = &demo_template();
-  m.max_model_len = 1024;
-  m.served_name = "tandem-demo";
-  return m;
-}
+ModelInfo model_info() { return test::codec_model(1024, "tandem-demo", test::demo_template()); }
 
 json ok(const std::variant<std::string, ApiError>& r) {
   if (auto* e = std::get_if<ApiError>(&r)) FAIL(e->message);

@@ -9,7 +9,7 @@
 #include "engine/tokenizer/tokenizer.h"
 #include "server/chat_template.h"
 #include "server/openai_codec.h"
-#include "test_helpers.h"
+#include "tests/codec_fixture.h"
 
 using namespace tandem;
 using namespace tandem::openai;
@@ -19,22 +19,8 @@ using tool_calls::ToolFormat;
 
 namespace {
 
-const Tokenizer& demo_tok() {
-  static const Tokenizer t = Tokenizer::load(test::repo_path("models/tandem-demo"));
-  return t;
-}
-
-const ChatTemplate& chatml() {
-  static const ChatTemplate t(ChatTemplate::fallback_source());
-  return t;
-}
-
 ModelInfo model_info(ToolFormat tf, ReasoningFormat rf) {
-  ModelInfo m;
-  m.tokenizer = &demo_tok();
-  m.chat_template = &chatml();
-  m.max_model_len = 1024;
-  m.served_name = "tiny";
+  ModelInfo m = test::codec_model(1024, "tiny");
   m.tool_format = tf;
   m.reasoning_format = rf;
   return m;

@@ -13,22 +13,10 @@ import OpenAI from 'openai';
 import { zodResponseFormat } from 'openai/helpers/zod';
 import { z } from 'zod';
 
-const baseURL = process.env.TANDEM_BASE_URL ?? 'http://127.0.0.1:8000/v1';
-const apiKey = process.env.TANDEM_API_KEY ?? 'none';
-const model = process.env.TANDEM_MODEL ?? 'tandem-demo';
-const client = new OpenAI({ baseURL, apiKey, maxRetries: 0, timeout: 60_000 });
+import { apiKey, baseURL, check, client, model } from './check.mjs';
+
 const root = baseURL.replace(/\/v1\/?$/, '');
 const ajv = new Ajv({ strict: false });
-
-async function check(name, fn) {
-  try {
-    await fn();
-    console.log(`ok   ${name}`);
-  } catch (e) {
-    console.error(`FAIL ${name}: ${e?.stack ?? e}`);
-    process.exit(1);
-  }
-}
 
 async function post(path, body) {
   const r = await fetch(root + path, {

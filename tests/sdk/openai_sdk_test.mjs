@@ -6,20 +6,7 @@
 import assert from 'node:assert/strict';
 import OpenAI from 'openai';
 
-const baseURL = process.env.TANDEM_BASE_URL ?? 'http://127.0.0.1:8000/v1';
-const apiKey = process.env.TANDEM_API_KEY ?? 'none';
-const model = process.env.TANDEM_MODEL ?? 'tinystories-656k';
-const client = new OpenAI({ baseURL, apiKey, maxRetries: 0, timeout: 30_000 });
-
-async function check(name, fn) {
-  try {
-    await fn();
-    console.log(`ok   ${name}`);
-  } catch (e) {
-    console.error(`FAIL ${name}: ${e?.stack ?? e}`);
-    process.exit(1);
-  }
-}
+import { baseURL, check, client, model } from './check.mjs';
 
 const messages = [{ role: 'user', content: 'Tell me a story about a cat.' }];
 
