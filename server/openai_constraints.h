@@ -3,9 +3,9 @@
 // these two as vLLM does them, independent of the model's tool-call syntax: a named function's
 // output is its arguments object (the schema of its `parameters`); `required` is a JSON array of
 // {"name": ..., "parameters": {...}} objects, one per call (at most 8; one when
-// parallel_tool_calls is false). Schemas outside the compiler's subset are a 400 naming the keyword. Compiled grammars
-// are cached by schema text (their token-mask caches with them: a schema seen before costs
-// microseconds per step).
+// parallel_tool_calls is false). Schemas outside the compiler's subset are a 400 naming the
+// keyword. Compiled grammars are cached by schema text (their token-mask caches with them: a schema
+// seen before costs microseconds per step).
 #pragma once
 
 #include <memory>
