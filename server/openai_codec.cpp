@@ -49,6 +49,30 @@ ApiError error_for_kind(ErrorKind kind, const std::string& message) {
   return e;
 }
 
+ApiError model_not_found(std::string_view name) {
+  ApiError e = invalid_request(cat("The model '", name, "' does not exist"), "model");
+  e.status = 404;
+  e.code = "model_not_found";
+  return e;
+}
+
+std::variant<ojson, ApiError> parse_json_object(std::string_view text) {
+  if (!utf8::is_valid(text)) return invalid_request("the request body is not valid UTF-8");
+  // Messages, tools and template kwargs are copied and converted recursively, one stack frame
+  // per level: a body of 8 MB of '[' would overflow the stack (and parse into gigabytes).
+  if (json_depth(text, kMaxRequestJsonDepth) > kMaxRequestJsonDepth)
+    return invalid_request(
+        cat("the request body is nested deeper than ", kMaxRequestJsonDepth, " levels"));
+  ojson body;
+  try {
+    body = ojson::parse(text);
+  } catch (const std::exception& e) {
+    return invalid_request(cat("the request body is not valid JSON: ", e.what()));
+  }
+  if (!body.is_object()) return invalid_request("the request body must be a JSON object");
+  return body;
+}
+
 std::string dump(const ojson& j) { return j.dump(-1, ' ', false, ojson::error_handler_t::replace); }
 
 std::string error_json(const ApiError& e) {
@@ -347,19 +371,9 @@ void parse_sampling(Reader& r, ApiRequest& out) {
 std::variant<ApiRequest, ApiError> parse_request(Endpoint endpoint, std::string_view body_text,
                                                  const SamplingParams& defaults,
                                                  const CodecLimits& limits) {
-  if (!utf8::is_valid(body_text)) return invalid_request("the request body is not valid UTF-8");
-  // Messages, tools and template kwargs are copied and converted recursively below, one stack
-  // frame per level: a body of 8 MB of '[' would overflow the stack (and parse into gigabytes).
-  if (json_depth(body_text, kMaxRequestJsonDepth) > kMaxRequestJsonDepth)
-    return invalid_request(
-        cat("the request body is nested deeper than ", kMaxRequestJsonDepth, " levels"));
-  ojson body;
-  try {
-    body = ojson::parse(body_text);
-  } catch (const std::exception& e) {
-    return invalid_request(cat("the request body is not valid JSON: ", e.what()));
-  }
-  if (!body.is_object()) return invalid_request("the request body must be a JSON object");
+  auto parsed = parse_json_object(body_text);
+  if (auto* e = std::get_if<ApiError>(&parsed)) return *e;
+  const ojson body = std::move(std::get<ojson>(parsed));
 
   ApiRequest out;
   out.endpoint = endpoint;
@@ -447,16 +461,20 @@ std::variant<ApiRequest, ApiError> parse_request(Endpoint endpoint, std::string_
   return out;
 }
 
-std::string models_json(const std::string& served_name, int64_t created, int32_t max_model_len) {
+ojson model_json(const std::string& served_name, int64_t created, int32_t max_model_len) {
   ojson m = ojson::object();
   m["id"] = served_name;
   m["object"] = "model";
   m["created"] = created;
   m["owned_by"] = "tandem";
   m["max_model_len"] = max_model_len;
+  return m;
+}
+
+std::string models_json(const std::string& served_name, int64_t created, int32_t max_model_len) {
   ojson body = ojson::object();
   body["object"] = "list";
-  body["data"] = ojson::array({m});
+  body["data"] = ojson::array({model_json(served_name, created, max_model_len)});
   return dump(body);
 }
 

@@ -55,6 +55,11 @@ struct ApiError {
 };
 
 ApiError invalid_request(std::string message, std::string param = "");
+// 404 model_not_found for a model name this server does not serve.
+ApiError model_not_found(std::string_view name);
+// A request body as a JSON object: valid UTF-8, nested at most kMaxRequestJsonDepth levels
+// (checked before parsing), parsed, an object; otherwise the 400 saying which.
+std::variant<nlohmann::ordered_json, ApiError> parse_json_object(std::string_view body);
 // The error for a tandem::Error's kind (400 for bad input, 429 queue full, 500 for bugs, ...).
 ApiError error_for_kind(ErrorKind kind, const std::string& message);
 std::string error_json(const ApiError& e);  // the response body
@@ -227,5 +232,8 @@ const char* finish_reason_name(FinishReason r);
 
 // GET /v1/models.
 std::string models_json(const std::string& served_name, int64_t created, int32_t max_model_len);
+// One model object of that list (GET /v1/models/{id}).
+nlohmann::ordered_json model_json(const std::string& served_name, int64_t created,
+                                  int32_t max_model_len);
 
 }  // namespace tandem::openai

@@ -74,12 +74,7 @@ std::variant<PreparedPrompt, ApiError> prepare_text(const std::string& text, con
 }
 
 std::variant<Plan, ApiError> plan_request(const ApiRequest& req, const ModelInfo& model) {
-  if (!req.model.empty() && req.model != model.served_name) {
-    ApiError e = invalid_request(cat("The model '", req.model, "' does not exist"), "model");
-    e.status = 404;
-    e.code = "model_not_found";
-    return e;
-  }
+  if (!req.model.empty() && req.model != model.served_name) return model_not_found(req.model);
   const Tokenizer& tok = *model.tokenizer;
   const bool chat = req.endpoint == Endpoint::kChat;
   const char* param = chat ? "messages" : "prompt";

@@ -4,8 +4,6 @@
 #include <limits>
 
 #include "engine/tokenizer/tokenizer.h"
-#include "engine/tokenizer/utf8.h"
-#include "kernels/json_depth.h"
 
 namespace tandem::openai {
 
@@ -13,18 +11,13 @@ using ojson = nlohmann::ordered_json;
 
 namespace {
 
-// The body as a JSON object whose keys are all in `allowed`.
+// The body as a JSON object (parse_json_object) whose keys are all in `allowed`.
 std::variant<ojson, ApiError> parse_body(std::string_view text,
                                          std::initializer_list<std::string_view> allowed,
                                          const char* route) {
-  if (!utf8::is_valid(text)) return invalid_request("the request body is not valid UTF-8");
-  if (json_depth(text, kMaxRequestJsonDepth) > kMaxRequestJsonDepth)
-    return invalid_request(
-        cat("the request body is nested deeper than ", kMaxRequestJsonDepth, " levels"));
-  ojson body = ojson::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (body.is_discarded()) return invalid_request("the request body is not valid JSON");
-  if (!body.is_object()) return invalid_request("the request body must be a JSON object");
-  for (const auto& [key, value] : body.items()) {
+  auto parsed = parse_json_object(text);
+  if (auto* e = std::get_if<ApiError>(&parsed)) return *e;
+  for (const auto& [key, value] : std::get<ojson>(parsed).items()) {
     bool known = false;
     for (std::string_view a : allowed) known = known || key == a;
     if (!known)
@@ -32,7 +25,7 @@ std::variant<ojson, ApiError> parse_body(std::string_view text,
                                  "' (not a parameter of ", route, ")"),
                              key);
   }
-  return body;
+  return parsed;
 }
 
 std::optional<ApiError> check_model(const ojson& body, const ModelInfo& model) {
@@ -40,11 +33,7 @@ std::optional<ApiError> check_model(const ojson& body, const ModelInfo& model) {
   if (it == body.end() || it->is_null()) return std::nullopt;
   if (!it->is_string()) return invalid_request("'model' must be a string", "model");
   if (*it == model.served_name) return std::nullopt;
-  ApiError e =
-      invalid_request(cat("The model '", it->get<std::string>(), "' does not exist"), "model");
-  e.status = 404;
-  e.code = "model_not_found";
-  return e;
+  return model_not_found(it->get<std::string>());
 }
 
 std::optional<bool> flag(const ojson& body, const char* key, std::optional<ApiError>& err) {
@@ -55,16 +44,6 @@ std::optional<bool> flag(const ojson& body, const char* key, std::optional<ApiEr
     return std::nullopt;
   }
   return it->get<bool>();
-}
-
-ojson model_object(const ModelInfo& model, int64_t created) {
-  ojson m = ojson::object();
-  m["id"] = model.served_name;
-  m["object"] = "model";
-  m["created"] = created;
-  m["owned_by"] = "tandem";
-  m["max_model_len"] = model.max_model_len;
-  return m;
 }
 
 }  // namespace
@@ -143,13 +122,8 @@ std::variant<std::string, ApiError> detokenize_response(std::string_view text,
 
 std::variant<std::string, ApiError> model_response(std::string_view id, const ModelInfo& model,
                                                    int64_t created) {
-  if (id != model.served_name) {
-    ApiError e = invalid_request(cat("The model '", id, "' does not exist"), "model");
-    e.status = 404;
-    e.code = "model_not_found";
-    return e;
-  }
-  return dump(model_object(model, created));
+  if (id != model.served_name) return model_not_found(id);
+  return dump(model_json(model.served_name, created, model.max_model_len));
 }
 
 }  // namespace tandem::openai

@@ -110,13 +110,10 @@ int cmd_serve(const Options& f) {
   ho.api_key = f.str("api-key");
   ho.metrics_public = f.flag("metrics-public");
   ho.allowed_origins.clear();
-  for (std::string rest = f.str("allowed-origins"); !rest.empty();) {
-    const size_t comma = rest.find(',');
-    std::string o = rest.substr(0, comma);
+  for (std::string o : f.list("allowed-origins")) {  // "a, b": items may carry spaces
     o.erase(0, o.find_first_not_of(' '));
     o.erase(o.find_last_not_of(' ') + 1);
-    if (!o.empty()) ho.allowed_origins.push_back(o);
-    rest = comma == std::string::npos ? "" : rest.substr(comma + 1);
+    if (!o.empty()) ho.allowed_origins.push_back(std::move(o));
   }
   ho.conn.max_body_bytes = static_cast<size_t>(f.integer("max-body-bytes"));
   ho.conn.max_header_bytes = static_cast<size_t>(f.integer("max-header-bytes"));
