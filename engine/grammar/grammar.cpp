@@ -127,7 +127,7 @@ Elem GrammarBuilder::repeat(std::string_view name, const Seq& body, uint32_t min
   return rule(n, {seq});
 }
 
-Elem GrammarBuilder::codepoints(std::string_view name, std::vector<CpRange> ranges, bool negate) {
+std::vector<CpRange> normalize_ranges(std::vector<CpRange> ranges, bool negate) {
   std::sort(ranges.begin(), ranges.end());
   std::vector<CpRange> merged;
   for (const CpRange& r : ranges) {
@@ -139,16 +139,19 @@ Elem GrammarBuilder::codepoints(std::string_view name, std::vector<CpRange> rang
       merged.push_back(c);
     }
   }
-  if (negate) {
-    std::vector<CpRange> comp;
-    char32_t next = 0;
-    for (const CpRange& r : merged) {
-      if (r.first > next) comp.emplace_back(next, r.first - 1);
-      next = r.second + 1;
-    }
-    if (next <= kMaxCp) comp.emplace_back(next, kMaxCp);
-    merged = std::move(comp);
+  if (!negate) return merged;
+  std::vector<CpRange> comp;
+  char32_t next = 0;
+  for (const CpRange& r : merged) {
+    if (r.first > next) comp.emplace_back(next, r.first - 1);
+    next = r.second + 1;
   }
+  if (next <= kMaxCp) comp.emplace_back(next, kMaxCp);
+  return comp;
+}
+
+Elem GrammarBuilder::codepoints(std::string_view name, std::vector<CpRange> ranges, bool negate) {
+  const std::vector<CpRange> merged = normalize_ranges(std::move(ranges), negate);
   // Surrogates have no UTF-8 form.
   std::vector<CpRange> valid;
   for (const CpRange& r : merged) {

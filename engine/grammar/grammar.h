@@ -110,6 +110,10 @@ class GrammarBuilder {
   size_t n_elems_ = 0;
 };
 
+// Ranges sorted and merged (empty ones dropped, clamped to U+10FFFF); with negate, the code
+// points they do not cover.
+std::vector<CpRange> normalize_ranges(std::vector<CpRange> ranges, bool negate);
+
 // The UTF-8 byte-class sequences covering code points [lo, hi] (lo <= hi, no surrogates inside).
 std::vector<std::vector<std::pair<uint8_t, uint8_t>>> utf8_sequences(char32_t lo, char32_t hi);
 

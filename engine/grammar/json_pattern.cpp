@@ -17,28 +17,6 @@ namespace tandem::grammar {
 namespace {
 
 constexpr int kMaxGroupDepth = 50;
-constexpr char32_t kMaxCp = 0x10FFFF;
-
-std::vector<CpRange> normalized(std::vector<CpRange> r, bool negate) {
-  std::sort(r.begin(), r.end());
-  std::vector<CpRange> m;
-  for (const CpRange& c : r) {
-    if (!m.empty() && c.first <= m.back().second + 1) {
-      m.back().second = std::max(m.back().second, c.second);
-    } else {
-      m.push_back(c);
-    }
-  }
-  if (!negate) return m;
-  std::vector<CpRange> comp;
-  char32_t next = 0;
-  for (const CpRange& c : m) {
-    if (c.first > next) comp.emplace_back(next, c.first - 1);
-    next = c.second + 1;
-  }
-  if (next <= kMaxCp) comp.emplace_back(next, kMaxCp);
-  return comp;
-}
 
 // How a character that JSON must escape is written (one canonical form).
 std::string json_escape(char32_t c) {
@@ -305,7 +283,7 @@ class RegexParser {
         std::vector<CpRange> sub;
         bool neg = false;
         if (class_escape(sub, neg)) {
-          for (const CpRange& c : normalized(sub, neg)) r.push_back(c);
+          for (const CpRange& c : normalize_ranges(sub, neg)) r.push_back(c);
           continue;
         }
         lo = escape_char();
@@ -326,13 +304,13 @@ class RegexParser {
       r.emplace_back(lo, hi);
     }
     if (!eat(']')) fail("missing ']'");
-    return normalized(std::move(r), negate);
+    return normalize_ranges(std::move(r), negate);
   }
 
   // One JSON-escaped character whose value is in the set. `single`: ranges[0].first alone.
   Elem set_elem(std::vector<CpRange> ranges, bool negate = false, bool single = false) {
     if (single) ranges[0].second = ranges[0].first;
-    const std::vector<CpRange> pos = normalized(std::move(ranges), negate);
+    const std::vector<CpRange> pos = normalize_ranges(std::move(ranges), negate);
     std::vector<CpRange> plain;
     std::vector<Seq> alts;
     auto special = [](char32_t c) { return c < 0x20 || c == '"' || c == '\\'; };
