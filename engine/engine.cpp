@@ -103,7 +103,13 @@ std::shared_ptr<TokenStream> Engine::submit(GenerationRequest req) {
   // changes while this caller's thread runs (a data race the thread sanitizer found).
   const int64_t need = store_.device_blocks_for(total);
   TANDEM_REQUIRE(need <= device_blocks_total_, kInvalidArgument, "a sequence of ", total,
-                 " tokens needs ", need, " device KV blocks; the pool has ", device_blocks_total_);
+                 " tokens needs ", need, " device KV blocks; the pool has ", device_blocks_total_,
+                 " (--kv-device-gib)");
+  const int64_t host_need = store_.host_blocks_for(total), host_limit = store_.host_blocks_limit();
+  TANDEM_REQUIRE(host_limit == 0 || host_need <= host_limit, kInvalidArgument, "a sequence of ",
+                 total, " tokens needs ", host_need, " host KV blocks (",
+                 host_need * store_.host_block_bytes() >> 20, " MiB); the host tier holds ",
+                 host_limit, " (--kv-host-gib)");
 
   std::vector<int32_t> stop_ids = req.stop_ids;
   if (!req.ignore_eos) stop_ids.insert(stop_ids.end(), eos_ids_.begin(), eos_ids_.end());
@@ -249,6 +255,7 @@ FinishReason Engine::advance(Sequence& seq, const float* logits, int32_t tok) {
     ev.finish = reason;
     ev.prompt_tokens = seq.prompt_len();
     ev.completion_tokens = seq.generated();
+    ev.cached = std::max(0, seq.cached_tokens);
   }
   seq.stream->push(std::move(ev));
   return reason;
@@ -260,13 +267,16 @@ void Engine::fail(Sequence* seq, FinishReason reason, const std::string& error) 
   ev.error = error;
   ev.prompt_tokens = seq->prompt_len();
   ev.completion_tokens = seq->generated();
+  ev.cached = std::max(0, seq->cached_tokens);
   seq->stream->push(std::move(ev));
   retire(seq, reason);
 }
 
 void Engine::retire(Sequence* seq, FinishReason reason) {
   ++finished_[static_cast<size_t>(reason)];
-  scheduler_.retire(seq);  // the returned sequence, its KV already freed, goes away here
+  // The returned sequence, its KV given back, goes away here. A failed one may have been half
+  // written by its step: none of its blocks is cached.
+  scheduler_.retire(seq, reason != FinishReason::kError);
 }
 
 const std::string& Engine::piece(int32_t token) {
@@ -301,6 +311,14 @@ void Engine::publish(double forward_s, double other_s, double other_cpu_s, int64
   m.kv_device_blocks_total = store_.device_blocks_total();
   m.kv_host_blocks_used = store_.host_blocks_used();
   m.kv_host_blocks_total = store_.host_blocks_total();
+  m.kv_host_bytes_used = store_.host_blocks_used() * store_.host_block_bytes();
+  m.kv_host_bytes_budget = store_.host_blocks_limit() * store_.host_block_bytes();
+  if (const PrefixCache* pc = store_.prefix_cache()) {
+    m.prefix_queried_tokens = pc->stats().queried_tokens;
+    m.prefix_hit_tokens = pc->stats().hit_tokens;
+    m.prefix_cached_blocks = pc->cached_blocks();
+    m.prefix_evicted_blocks = pc->stats().evicted_blocks;
+  }
   m.cpu_attention_busy_seconds = ha ? ha->busy_seconds() : 0.0;
   m.cpu_attention_wait_seconds = ha ? ha->wait_seconds() : 0.0;
   m.preemptions = scheduler_.preemptions();

@@ -59,6 +59,12 @@ struct EngineMetrics {
   int64_t kv_device_blocks_total = 0;
   int64_t kv_host_blocks_used = 0;
   int64_t kv_host_blocks_total = 0;
+  int64_t kv_host_bytes_used = 0;     // host blocks in use x their bytes
+  int64_t kv_host_bytes_budget = 0;   // the host tier's bound (0: none)
+  int64_t prefix_queried_tokens = 0;  // prefix cache (kvstore/prefix_cache.h Stats)
+  int64_t prefix_hit_tokens = 0;
+  int64_t prefix_cached_blocks = 0;
+  int64_t prefix_evicted_blocks = 0;
   double cpu_attention_busy_seconds = 0;  // host attention thread-seconds (0 with a dense store)
   double cpu_attention_wait_seconds = 0;  // forward pass waiting for host partials, seconds
   int64_t preemptions = 0;

@@ -214,6 +214,23 @@ bool Engine::run(const Schedule& work, StepOutput& out, StepTimes& times) {
 void Engine::postprocess(const Schedule& work, StepOutput& out) {
   for (size_t i = 0; i < work.chunks.size(); ++i) {
     const ScheduledChunk& c = work.chunks[i];
+    if (c.seq->report_progress && !c.decode && c.seq->generated() == 0) {
+      // The prompt's prefill (not a recomputation after a preemption) moved on: the last
+      // chunk reports the whole prompt, before the event of the first token.
+      TokenEvent ev;
+      ev.processed = c.last() ? c.seq->prompt_len() : c.seq->computed();
+      ev.cached = std::max(0, c.seq->cached_tokens);
+      c.seq->stream->push(std::move(ev));
+    }
+    // A prompt's computed chunks become adoptable by sequences that share them (they wait for
+    // it: Scheduler::awaits_prefix); a failed step published nothing.
+    if (!c.decode && !out.errors[i]) {
+      try {
+        store_.publish(*c.seq->kv, c.seq->tokens);
+      } catch (const std::exception& e) {  // the sequence goes on; only sharing is lost
+        engine_logger()->error("prefix cache: request {}: {}", c.seq->id, e.what());
+      }
+    }
     if (!c.last()) continue;
     try {
       ++out.generated;

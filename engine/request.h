@@ -40,8 +40,9 @@ struct GenerationRequest {
   // grammar is complete); the output ends with stop when the grammar is complete and nothing can
   // follow. Null: unconstrained.
   std::shared_ptr<const grammar::Grammar> grammar;
-  int32_t top_logprobs = -1;  // -1: no logprobs; k >= 0: the chosen token's logprob and the
-                              // k most likely alternatives, per generated token
+  int32_t top_logprobs = -1;     // -1: no logprobs; k >= 0: the chosen token's logprob and the
+                                 // k most likely alternatives, per generated token
+  bool report_progress = false;  // a progress event after each prefill chunk of the prompt
 };
 
 // One alternative of a logprobs entry.
@@ -61,6 +62,11 @@ struct TokenEvent {
   std::string error;                           // with kError
   int32_t prompt_tokens = 0;                   // usage, on the last event
   int32_t completion_tokens = 0;
+  // A progress event (GenerationRequest::report_progress): prompt tokens whose KV is stored; no
+  // tokens, no text, kNone. -1: not one.
+  int32_t processed = -1;
+  // On progress events and the last one: prompt tokens found in the prefix cache at admission.
+  int32_t cached = 0;
 };
 
 // Single producer (engine thread), single consumer (one HTTP handler). Events are never dropped.

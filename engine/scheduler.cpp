@@ -9,9 +9,18 @@ namespace tandem {
 
 namespace {
 
-// Whether a plan fits once `reserved` blocks of the pool are promised to pieces planned before.
-bool fits(const StepPlan& p, int64_t reserved) {
-  return p.device.net() <= p.device_free - reserved;
+// Blocks of each tier promised to the pieces planned before in a step.
+struct Reserved {
+  int64_t device = 0, host = 0;
+  void add(const StepPlan& p) {
+    device += p.device.net();
+    host += p.host.net();
+  }
+};
+
+// Whether a plan fits in both tiers once `r` is taken.
+bool fits(const StepPlan& p, const Reserved& r) {
+  return p.device.net() <= p.device_free - r.device && p.host.net() <= p.host_free - r.host;
 }
 
 }  // namespace
@@ -37,7 +46,9 @@ int64_t Scheduler::blocks_needed(const SequenceKv* kv, int32_t tokens) const {
 void Scheduler::preempt_last() {
   std::unique_ptr<Sequence> s = std::move(running_.back());
   running_.pop_back();
-  s->kv.reset();  // frees every block now; the sequence is recomputed on readmission
+  // Its full blocks stay in the prefix cache (where the store has one), the rest is freed now;
+  // on readmission it adopts what is still cached and recomputes the rest.
+  store_.release(std::move(s->kv), s->tokens);
   s->status = SequenceStatus::kWaiting;
   waiting_.push_front(std::move(s));
   ++preemptions_;
@@ -48,7 +59,7 @@ Schedule Scheduler::schedule() {
   // Decodes are never refused: the budget left after them goes to prefill chunks.
   int32_t budget = opt_.step_token_budget;
   for (const auto& s : running_) budget -= s->prefilling() ? 0 : 1;
-  int64_t reserved = 0;  // blocks this step will allocate, not yet taken from the pool
+  Reserved reserved;  // blocks this step will allocate, not yet taken from the pools
 
   // Running sequences, oldest first; victims come from the back, so never an already planned one.
   for (size_t i = 0; i < running_.size(); ++i) {
@@ -64,39 +75,61 @@ Schedule Scheduler::schedule() {
       preempt_last();  // possibly s itself, when it is the last one
       p = plan_one(s.kv.get(), n, decode);
     }
-    const int64_t need = p.device.net();
     if (running_.size() <= i) break;  // s was preempted
-    reserved += need;
+    reserved.add(p);
     if (!decode) budget -= n;
     out.chunks.push_back({&s, n, decode, !decode && s.computed() + n == s.prefill_end});
   }
 
-  // Admission, first come first served: stop at the first sequence that does not fit.
-  while (!waiting_.empty() && static_cast<int32_t>(running_.size()) < opt_.max_batch &&
-         budget > 0) {
-    Sequence& s = *waiting_.front();
+  // Admission, first come first served: stop at the first sequence that does not fit. One that
+  // waits for a running prefill of the same prefix (its blocks are cached as they are computed)
+  // is passed over, keeping its place.
+  for (size_t w = 0; w < waiting_.size() &&
+                     static_cast<int32_t>(running_.size()) < opt_.max_batch && budget > 0;) {
+    Sequence& s = *waiting_[w];
+    if (awaits_prefix(s)) {
+      ++w;
+      continue;
+    }
     // The whole sequence must fit (not only its first chunk), so that admitting it does not
     // preempt it again on its next chunk.
     if (!fits(plan_one(nullptr, s.size(), false), reserved)) break;
-    const int32_t n = std::min({s.size(), opt_.prefill_chunk, budget});
-    running_.push_back(std::move(waiting_.front()));
-    waiting_.pop_front();
+    running_.push_back(std::move(waiting_[w]));
+    waiting_.erase(waiting_.begin() + static_cast<std::ptrdiff_t>(w));
     s.status = SequenceStatus::kRunning;
     s.prefill_end = s.size();
     try {
-      s.kv = store_.new_sequence(s.capacity());
+      // The store may hand it a cached prefix: its prefill starts after it.
+      s.kv = store_.new_sequence(s.capacity(), s.tokens);
     } catch (const std::exception& e) {
       out.failed.emplace_back(&s, e.what());
       continue;
     }
-    reserved += plan_one(nullptr, n, false).device.net();
+    if (s.cached_tokens < 0) s.cached_tokens = s.computed();  // the first admission's
+    const int32_t n = std::min({s.size() - s.computed(), opt_.prefill_chunk, budget});
+    reserved.add(plan_one(s.kv.get(), n, false));
     budget -= n;
-    out.chunks.push_back({&s, n, false, n == s.prefill_end});
+    out.chunks.push_back({&s, n, false, s.computed() + n == s.prefill_end});
   }
   return out;
 }
 
-std::unique_ptr<Sequence> Scheduler::retire(Sequence* seq) {
+bool Scheduler::awaits_prefix(const Sequence& s) const {
+  const int32_t unit = store_.prefix_unit();
+  if (unit == 0 || s.size() <= unit) return false;
+  for (const auto& r : running_) {
+    if (!r->prefilling() || r->prefill_end <= unit) continue;
+    // The prefix both share, as far as r's prefill goes and s could adopt it (not its last).
+    const int32_t n = std::min(r->prefill_end, s.size() - 1);
+    if (!std::equal(s.tokens.begin(), s.tokens.begin() + unit, r->tokens.begin())) continue;
+    const auto [a, b] = std::mismatch(s.tokens.begin(), s.tokens.begin() + n, r->tokens.begin());
+    const int32_t common = static_cast<int32_t>(a - s.tokens.begin());
+    if (common >= unit && r->computed() < common) return true;
+  }
+  return false;
+}
+
+std::unique_ptr<Sequence> Scheduler::retire(Sequence* seq, bool keep_prefix) {
   std::unique_ptr<Sequence> out;
   auto take = [&](auto& list) {
     auto it = std::find_if(list.begin(), list.end(), [&](const auto& p) { return p.get() == seq; });
@@ -107,7 +140,8 @@ std::unique_ptr<Sequence> Scheduler::retire(Sequence* seq) {
   };
   if (!take(running_)) take(waiting_);
   if (out) {
-    out->kv.reset();
+    store_.release(std::move(out->kv), keep_prefix ? std::span<const int32_t>(out->tokens)
+                                                   : std::span<const int32_t>());
     out->status = SequenceStatus::kFinished;
   }
   return out;

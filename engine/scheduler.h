@@ -48,8 +48,10 @@ class Scheduler {
 
   void add(std::unique_ptr<Sequence> seq);  // to the back of the waiting queue
   Schedule schedule();
-  // Removes a sequence from the queue or the running set and frees its KV now.
-  std::unique_ptr<Sequence> retire(Sequence* seq);
+  // Removes a sequence from the queue or the running set and gives its KV back to the store now:
+  // with keep_prefix, its full blocks stay in the store's prefix cache (not for a sequence a
+  // failed step may have half written).
+  std::unique_ptr<Sequence> retire(Sequence* seq, bool keep_prefix = true);
 
   // Device blocks a sequence (kv may be null: a new one) takes from the pool to grow to `tokens`
   // tokens (its plan's net device blocks; 0 without a device tier).
@@ -64,6 +66,10 @@ class Scheduler {
   // The plan of one sequence growing by n tokens.
   StepPlan plan_one(const SequenceKv* kv, int32_t n, bool decode) const;
   void preempt_last();  // the most recently admitted running sequence
+  // Whether s should wait for a running prefill of a prefix it shares (at least the store's
+  // prefix unit, not computed yet), so that it adopts those blocks instead of computing them
+  // again: the choices of an n > 1 request, requests with a common system prompt.
+  bool awaits_prefix(const Sequence& s) const;
 
   SchedulerOptions opt_;
   KvPlanner& store_;

@@ -15,6 +15,7 @@ Sequence::Sequence(uint64_t seq_id, GenerationRequest req, std::shared_ptr<Token
       max_tokens(req.max_tokens),
       top_logprobs(req.top_logprobs),
       min_tokens(req.min_tokens),
+      report_progress(req.report_progress),
       tokens(std::move(req.prompt)),
       sampler(req.sampling, seed),
       decoder(tokenizer),

@@ -53,6 +53,9 @@ struct Sequence {
   const int32_t max_tokens;
   const int32_t top_logprobs;  // -1: none
   const int32_t min_tokens;
+  const bool report_progress;
+  // Prompt tokens the store had cached at the first admission (-1: not admitted yet).
+  int32_t cached_tokens = -1;
   SequenceStatus status = SequenceStatus::kWaiting;
   std::vector<int32_t> tokens;
   int32_t prefill_end = 0;         // set on admission

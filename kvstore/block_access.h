@@ -30,14 +30,12 @@ struct BlockAccess {
   float* dev_maw(int32_t id) const {
     return reinterpret_cast<float*>(mirror_k(id) + 2 * layout.dev_kv_bytes());
   }
-  // A host block: K [Hkv, tokens, d], V, MAW f32 [Hkv, tokens], digest min/max f32 [Hkv, d].
+  // A host block: K [Hkv, tokens, d], V, digest min/max f32 [Hkv, d] (its MAW values are the
+  // sequence's: LayerTable::maw).
   uint8_t* host_k(int32_t id) const { return static_cast<uint8_t*>(host.data(id)); }
   uint8_t* host_v(int32_t id) const { return host_k(id) + layout.dev_kv_bytes(); }
-  float* host_maw(int32_t id) const {
-    return reinterpret_cast<float*>(host_k(id) + 2 * layout.dev_kv_bytes());
-  }
   float* host_kmin(int32_t id) const {
-    return host_maw(id) + int64_t{layout.tokens} * layout.n_head_kv;
+    return reinterpret_cast<float*>(host_k(id) + 2 * layout.dev_kv_bytes());
   }
   float* host_kmax(int32_t id) const {
     return host_kmin(id) + int64_t{layout.n_head_kv} * layout.head_dim;

@@ -1,6 +1,8 @@
 // BlockPool: chunked allocation with a free list; double frees and foreign ids are bugs.
 #include "kvstore/block_pool.h"
 
+#include <algorithm>
+
 namespace tandem {
 
 BlockPool::BlockPool(int64_t block_bytes, int64_t capacity, bool growable, MemoryKind memory,
@@ -32,7 +34,13 @@ int64_t BlockPool::capacity() const {
   return static_cast<int64_t>(backend_ ? backend_chunks_.size() : chunks_.size()) * chunk_blocks_;
 }
 
+int64_t BlockPool::free_within_limit() const {
+  if (limit_ > 0) return std::max<int64_t>(0, limit_ - used_);
+  return growable_ ? (int64_t{1} << 40) : free_blocks();
+}
+
 int32_t BlockPool::alloc() {
+  if (limit_ > 0 && used_ >= limit_) return -1;
   if (free_.empty()) {
     if (!growable_) return -1;
     grow();

@@ -21,7 +21,7 @@ class BlockPool {
   BlockPool(int64_t block_bytes, int64_t capacity, bool growable, MemoryKind memory,
             Backend* backend = nullptr, bool mirror = true);
 
-  // A free block id, or -1 when a fixed pool is exhausted.
+  // A free block id, or -1 when a fixed pool is exhausted or the limit is reached.
   int32_t alloc();
   void free(int32_t id);
   void* data(int32_t id) const;       // the block (backend memory in a backend pool)
@@ -34,6 +34,12 @@ class BlockPool {
   int64_t used() const { return used_; }
   int64_t capacity() const;  // blocks the pool can hand out now without growing
   int64_t free_blocks() const { return capacity() - used_; }
+  // At most this many blocks in use at once (a growable pool grows no further); 0: no limit.
+  void set_limit(int64_t blocks) { limit_ = blocks; }
+  int64_t limit() const { return limit_; }
+  // Blocks alloc can still hand out: up to the limit, or what is free in a fixed pool without
+  // one (a growable pool without a limit: effectively unbounded).
+  int64_t free_within_limit() const;
   bool growable() const { return growable_; }
   MemoryKind memory() const { return backend_ ? backend_->memory_kind() : memory_; }
 
@@ -51,6 +57,7 @@ class BlockPool {
   std::vector<int32_t> free_;
   std::vector<bool> in_use_;  // guards against double free
   int64_t used_ = 0;
+  int64_t limit_ = 0;
 };
 
 }  // namespace tandem

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <vector>
 
 #include "kernels/dtype.h"
@@ -23,12 +24,11 @@ struct BlockLayout {
     return int64_t{tokens} * n_head_kv * head_dim * dtype_size(dtype);
   }
   int64_t dev_bytes() const { return 2 * dev_kv_bytes() + int64_t{tokens} * n_head_kv * 4; }
-  // Host block: K [n_head_kv, tokens, head_dim], V likewise, MAW f32 [n_head_kv, tokens],
-  // digest min and max f32 [n_head_kv, head_dim] each.
-  int64_t host_bytes() const {
-    return 2 * dev_kv_bytes() + int64_t{tokens} * n_head_kv * 4 +
-           2 * int64_t{n_head_kv} * head_dim * 4;
-  }
+  // Host block: K [n_head_kv, tokens, head_dim], V likewise, digest min and max f32
+  // [n_head_kv, head_dim] each. Its bytes are a function of the tokens alone (immutable once
+  // full), so the prefix cache can share it; the MAW values live with each sequence.
+  int64_t host_bytes() const { return 2 * dev_kv_bytes() + 2 * int64_t{n_head_kv} * head_dim * 4; }
+  int64_t maw_floats() const { return int64_t{tokens} * n_head_kv; }  // per host block
 };
 
 // The placement rule of a store's configuration.
@@ -62,6 +62,9 @@ struct LayerTable {
   int32_t window_tokens = 0;
   std::vector<int32_t> host;  // host blocks, oldest first; all full except with window 0
   int32_t host_tokens = 0;
+  // Per host block: this sequence's MAW values f32 [n_head_kv, tokens] (hgca's selection state,
+  // kept per sequence even where the block itself is shared through the prefix cache).
+  std::vector<std::unique_ptr<float[]>> maw;
 };
 
 }  // namespace tandem

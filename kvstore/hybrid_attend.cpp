@@ -90,7 +90,7 @@ void HybridRunner::pick(int32_t layer, Slot& slot, std::span<HostAttnItem> items
     auto& idx = slot.idx[item];
     refs.clear();
     idx.clear();
-    const HostHead head{spans.host, spans.host_tokens, sh_.blocks, p.g};
+    const HostHead head{spans.host, spans.host_tokens, sh_.blocks, p.g, spans.maw};
     switch (sh_.cfg.sparse) {
       case SparsePolicy::kFull:
         slot.picked[item] = select_full(head, refs);

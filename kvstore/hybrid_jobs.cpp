@@ -106,9 +106,9 @@ void HybridRunner::run_job(int32_t layer) {
   for (const LayerJob::Move& m : j.work.moves) {
     if (m.staged >= 0) {
       const uint8_t* kb = evict_stage_.as<uint8_t>() + m.staged * 2 * kv_bytes;
-      m.kv->move_rows(m.host_id, kb, kb + kv_bytes, nullptr);
+      m.kv->move_rows(m.host_id, m.maw, kb, kb + kv_bytes, nullptr);
     } else {
-      m.kv->move_rows(m.host_id, bk.mirror_k(m.dev_id), bk.mirror_v(m.dev_id),
+      m.kv->move_rows(m.host_id, m.maw, bk.mirror_k(m.dev_id), bk.mirror_v(m.dev_id),
                       bk.dev_maw(m.dev_id));
     }
   }

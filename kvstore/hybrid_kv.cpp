@@ -24,11 +24,27 @@ HybridKv::HybridKv(HybridShared& shared, int32_t capacity)
 HybridKv::~HybridKv() {
   // Host work of an earlier step may still point at these blocks until it is reaped.
   shared_.runner->reap();
+  free_blocks();
+}
+
+void HybridKv::free_blocks() {
   for (LayerTable& l : layers_) {
     if (l.sink >= 0) shared_.blocks.device.free(l.sink);
     for (int32_t id : l.window) shared_.blocks.device.free(id);
-    for (int32_t id : l.host) shared_.blocks.host.free(id);
+    for (size_t j = 0; j < l.host.size(); ++j)
+      if (j >= entry_of_.size() || entry_of_[j] == nullptr) shared_.blocks.host.free(l.host[j]);
+    l = LayerTable();
   }
+  // Tail first, so that the root ends the most recently used (evicted last).
+  for (auto it = entry_of_.rbegin(); it != entry_of_.rend(); ++it)
+    if (*it != nullptr) shared_.cache->unref(*it);
+  entry_of_.clear();
+  length_ = 0;
+}
+
+int32_t HybridKv::shared_chunks() const {
+  return static_cast<int32_t>(
+      std::count_if(entry_of_.begin(), entry_of_.end(), [](auto* e) { return e != nullptr; }));
 }
 
 KvStepRunner* HybridKv::step_runner() const { return shared_.runner; }
@@ -65,7 +81,7 @@ float HybridKv::maw_of(int32_t layer, int32_t pos, int32_t g) const {
   const int32_t b = shared_.geo.block, hkv = sh.n_head_kv, sinks = shared_.geo.sinks;
   if (pos < std::min(length_, sinks)) return bk.dev_maw(l.sink)[pos * hkv + g];
   const int32_t h = pos - sinks;
-  if (h < l.host_tokens) return bk.host_maw(l.host[static_cast<size_t>(h / b)])[g * b + h % b];
+  if (h < l.host_tokens) return l.maw[static_cast<size_t>(h / b)][g * b + h % b];
   const int32_t w = h - l.host_tokens;
   return bk.dev_maw(l.window[static_cast<size_t>(w / b)])[(w % b) * hkv + g];
 }
@@ -73,16 +89,21 @@ float HybridKv::maw_of(int32_t layer, int32_t pos, int32_t g) const {
 int32_t HybridKv::new_host_block(LayerTable& l) {
   const BlockAccess& bk = shared_.blocks;
   const int64_t n = int64_t{shared_.shape.n_head_kv} * shared_.shape.head_dim;
-  const int32_t id = bk.host.alloc();
-  TANDEM_REQUIRE(id >= 0, kOutOfMemory, "host KV pool exhausted");
+  int32_t id = bk.host.alloc();
+  if (id < 0 && shared_.cache != nullptr) {  // room made by evicting unreferenced cached chunks
+    shared_.cache->make_room(1);
+    id = bk.host.alloc();
+  }
+  TANDEM_REQUIRE(id >= 0, kOutOfMemory, "host KV pool exhausted (--kv-host-gib)");
   std::fill_n(bk.host_kmin(id), n, std::numeric_limits<float>::infinity());
   std::fill_n(bk.host_kmax(id), n, -std::numeric_limits<float>::infinity());
   l.host.push_back(id);
+  l.maw.push_back(std::make_unique<float[]>(static_cast<size_t>(bk.layout.maw_floats())));
   return id;
 }
 
-void HybridKv::write_host_row(int32_t id, int32_t slot, const float* k_row, const float* v_row,
-                              const float* maw) {
+void HybridKv::write_host_row(int32_t id, float* maw_block, int32_t slot, const float* k_row,
+                              const float* v_row, const float* maw) {
   const BlockAccess& bk = shared_.blocks;
   const int32_t b = shared_.geo.block, d = shared_.shape.head_dim, hkv = shared_.shape.n_head_kv;
   const DType t = bk.layout.dtype;
@@ -94,7 +115,7 @@ void HybridKv::write_host_row(int32_t id, int32_t slot, const float* k_row, cons
     cpu::row_from_f32(k_row + int64_t{g} * d, kd, t, d);
     cpu::row_from_f32(v_row + int64_t{g} * d, bk.host_v(id) + (int64_t{g} * b + slot) * d * es, t,
                       d);
-    bk.host_maw(id)[int64_t{g} * b + slot] = maw[g];
+    maw_block[int64_t{g} * b + slot] = maw[g];
     cpu::row_to_f32(kd, t, stored, d);  // the digest bounds the keys as stored
     digest_add(bk.host_kmin(id) + int64_t{g} * d, bk.host_kmax(id) + int64_t{g} * d, stored, d);
   }
@@ -103,18 +124,20 @@ void HybridKv::write_host_row(int32_t id, int32_t slot, const float* k_row, cons
 void HybridKv::append_host_row(LayerTable& l, const float* k_row, const float* v_row,
                                const float* maw) {
   if (l.host_tokens % shared_.geo.block == 0) new_host_block(l);
-  write_host_row(l.host.back(), l.host_tokens % shared_.geo.block, k_row, v_row, maw);
+  write_host_row(l.host.back(), l.maw.back().get(), l.host_tokens % shared_.geo.block, k_row, v_row,
+                 maw);
   ++l.host_tokens;
 }
 
-void HybridKv::move_rows(int32_t host_id, const uint8_t* k, const uint8_t* v, const float* maw) {
+void HybridKv::move_rows(int32_t host_id, float* maw_block, const uint8_t* k, const uint8_t* v,
+                         const float* maw) {
   const BlockAccess& bk = shared_.blocks;
   const int32_t hkv = shared_.shape.n_head_kv;
   const int64_t row_bytes = bk.row_bytes(), row = bk.row_elems();
   for (int32_t t = 0; t < shared_.geo.block; ++t) {
     cpu::row_to_f32(k + t * row_bytes, bk.layout.dtype, row_k_.data(), row);
     cpu::row_to_f32(v + t * row_bytes, bk.layout.dtype, row_v_.data(), row);
-    write_host_row(host_id, t, row_k_.data(), row_v_.data(),
+    write_host_row(host_id, maw_block, t, row_k_.data(), row_v_.data(),
                    maw != nullptr ? maw + int64_t{t} * hkv : zero_maw_.data());
   }
 }
@@ -127,13 +150,14 @@ void HybridKv::evict_oldest(LayerTable& l, LayerJob* job) {
   const BlockAccess& bk = shared_.blocks;
   const int32_t id = l.window.front();
   const int32_t host_id = new_host_block(l);
+  float* maw_block = l.maw.back().get();
   if (job != nullptr) {
-    job->moves.push_back(LayerJob::Move{this, id, host_id, -1});
+    job->moves.push_back(LayerJob::Move{this, id, host_id, maw_block, -1});
   } else {
     const uint8_t *k = nullptr, *v = nullptr;
     // From the host side of the block where there is one (no device read), else downloaded once.
     shared_.rows.read_block(id, b, k, v);
-    move_rows(host_id, k, v, shared_.rows.host_side() ? bk.dev_maw(id) : nullptr);
+    move_rows(host_id, maw_block, k, v, shared_.rows.host_side() ? bk.dev_maw(id) : nullptr);
   }
   l.host_tokens += b;
   l.window.pop_front();
@@ -241,7 +265,7 @@ void HybridKv::observe_prompt(int32_t layer, const float* q, const float* lse, i
       for (int32_t t = 0; t < rows; ++t) {
         cpu::row_to_f32(bk.host_k(id) + (int64_t{g} * b + t) * d * es, bk.layout.dtype, krow.data(),
                         d);
-        bk.host_maw(id)[int64_t{g} * b + t] =
+        l.maw[j][int64_t{g} * b + t] =
             seed(krow.data(), g, sinks + static_cast<int32_t>(j) * b + t);
       }
   }

@@ -14,6 +14,7 @@
 #include "kvstore/block_table.h"
 #include "kvstore/device_rows.h"
 #include "kvstore/kv_config.h"
+#include "kvstore/prefix_cache.h"
 #include "kvstore/sequence_kv.h"
 
 namespace tandem {
@@ -31,6 +32,7 @@ struct LayerJob {
   struct Move {  // a window block's rows into a new host block
     HybridKv* kv;
     int32_t dev_id, host_id;
+    float* maw;           // the host block's MAW values (the sequence's)
     int64_t staged = -1;  // slot of the eviction staging the device copies it into; -1: the
                           // host side of the block (its mirror)
   };
@@ -70,6 +72,7 @@ struct HybridShared {
   HostAttention& host_attn;
   HostSpanStaging& staging;
   HybridRunner* runner = nullptr;  // set by the store once built
+  PrefixCache* cache = nullptr;    // the store's prefix cache; null: none (--no-prefix-cache)
 };
 
 class HybridKv final : public SequenceKv {
@@ -102,6 +105,24 @@ class HybridKv final : public SequenceKv {
   int32_t device_tokens(int32_t layer) const;
   HybridShared& shared() const { return shared_; }
 
+  // ---- the prefix cache (kvstore/prefix_cache.h; the engine thread, between steps) ----
+  // An empty sequence takes the cached chain's tokens (chunks 0 .. chain.size()-1 of tokens):
+  // the host blocks of the chunks that stay on the host are shared (referenced, read-only), the
+  // sinks and the chunks of the device window are copied into its own device blocks. Its MAW
+  // values start at 0 (the prompt's last chunk seeds them, as after a prefill).
+  void adopt(std::span<PrefixCache::Entry* const> chain);
+  // Makes the full chunks of the first length() tokens (tokens: at least those) adoptable while
+  // the sequence runs: a chunk not cached yet becomes an entry (a private host block is handed
+  // over and then shared by this sequence; a window block is copied into a new host block while
+  // the host pool has room). A chunk cached by another sequence stays private here.
+  void publish(std::span<const int32_t> tokens);
+  // publish, then every block is given back: the sequence is empty afterwards. Not for a
+  // sequence a failed step may have half written.
+  void release(std::span<const int32_t> tokens);
+  // Host blocks per layer shared with the cache, and per host block its entry (null: own).
+  int32_t shared_chunks() const;
+  const std::vector<PrefixCache::Entry*>& entries() const { return entry_of_; }
+
   // ---- one layer of a step (called by the batch step) ----
   // Rows [i0, i0 + n) of src become this sequence's tokens length() .. length()+n-1 of the layer
   // (the window's oldest block moving to the host when full); maw: their MAW values, Hkv floats
@@ -118,7 +139,8 @@ class HybridKv final : public SequenceKv {
                   float* new_maw);
   // A block's b rows (k, v: device layout [b, Hkv, d] bytes; maw [b, Hkv] or null: 0) into the
   // empty host block host_id: transposed to the host layout, with the digest.
-  void move_rows(int32_t host_id, const uint8_t* k, const uint8_t* v, const float* maw);
+  void move_rows(int32_t host_id, float* maw_block, const uint8_t* k, const uint8_t* v,
+                 const float* maw);
   // The last queries of a prompt chunk (q [n, Hq, d], lse [n, Hq], host) seed the MAW of every
   // token of the layer, the chunk's included (call after store).
   void observe_prompt(int32_t layer, const float* q, const float* lse, int64_t n);
@@ -126,10 +148,15 @@ class HybridKv final : public SequenceKv {
  private:
   void append_host_row(LayerTable& l, const float* k_row_heads, const float* v_row_heads,
                        const float* maw_heads);
-  void write_host_row(int32_t id, int32_t slot, const float* k_row_heads, const float* v_row_heads,
-                      const float* maw_heads);
+  void write_host_row(int32_t id, float* maw_block, int32_t slot, const float* k_row_heads,
+                      const float* v_row_heads, const float* maw_heads);
   int32_t new_host_block(LayerTable& l);
   void evict_oldest(LayerTable& l, LayerJob* job);
+  // Chunk j of the sequence as a cache entry's host blocks (one per layer): its private host
+  // blocks, or its window blocks copied into new ones; false when the host pool has no room.
+  bool chunk_to_host(int32_t j, std::vector<int32_t>& ids);
+  std::vector<uint8_t> sink_rows();  // per layer the sinks' K then V rows (device layout)
+  void free_blocks();                // every block this sequence owns; its references dropped
 
   HybridShared& shared_;
   int32_t capacity_;
@@ -138,6 +165,9 @@ class HybridKv final : public SequenceKv {
   HostStats stats_;
   std::vector<float> row_k_, row_v_, q_scaled_;  // scratch
   std::vector<float> zero_maw_;                  // Hkv zeros: the MAW of rows stored without one
+  // Per host block (chunk) j: the cache entry that owns it (referenced by this sequence), or
+  // null for a block of its own. Shared or not, a chunk's blocks are so in every layer.
+  std::vector<PrefixCache::Entry*> entry_of_;
 };
 
 }  // namespace tandem

@@ -119,6 +119,8 @@ void HybridRunner::start(std::span<const StepRows> rows) {
       ls.window.assign(t.window.begin(), t.window.end());
       ls.window_tokens = t.window_tokens;
       ls.host = t.host;
+      ls.maw.resize(t.maw.size());
+      for (size_t j = 0; j < t.maw.size(); ++j) ls.maw[j] = t.maw[j].get();
       ls.host_tokens = t.host_tokens;
       ls.selected.assign(static_cast<size_t>(sh_.shape.n_head_kv), 0);
     }

@@ -30,6 +30,12 @@ struct KvConfig {
   int32_t observe = 32;     // prompt queries whose attention seeds the MAW of prompt tokens
   DType kv_dtype = DType::kF32;
   int64_t device_blocks = 0;  // device pool capacity in blocks (0 = sized for max_batch sequences)
+  double device_gib = 0;      // device pool in GiB (--kv-device-gib; 0: device_blocks)
+  // Bound of the host tier in GiB (--kv-host-gib); 0: kDefaultHostShare of MemAvailable when the
+  // store is built.
+  double host_gib = 0;
+  bool prefix_cache = true;  // the host tier's automatic prefix cache (--no-prefix-cache)
+  static constexpr double kDefaultHostShare = 0.5;
 
   // Throws kInvalidArgument on inconsistent values (window < block, block 0, ...).
   void validate() const;

@@ -41,6 +41,8 @@ void KvConfig::validate() const {
   TANDEM_REQUIRE(hgca_beta > 0, kInvalidArgument, "--hgca-beta must be positive");
   TANDEM_REQUIRE(topk_blocks >= 0, kInvalidArgument, "--topk-blocks must be >= 0");
   TANDEM_REQUIRE(maw_alpha > 0 && maw_alpha <= 1, kInvalidArgument, "MAW alpha must be in (0, 1]");
+  TANDEM_REQUIRE(host_gib >= 0 && device_gib >= 0, kInvalidArgument,
+                 "--kv-host-gib and --kv-device-gib must not be negative");
 }
 
 std::string KvConfig::describe() const {
@@ -52,8 +54,11 @@ std::string KvConfig::describe() const {
   if (sparse == SparsePolicy::kTopk) os << "(k=" << topk_blocks << ")";
   os << " cpu-attn=" << mode_name(cpu_attn);
   if (kv_dtype != DType::kF32) os << " kv-dtype=" << dtype_name(kv_dtype);
+  if (!prefix_cache) os << " no-prefix-cache";
   return os.str();
 }
+
+void KvPlanner::release(std::unique_ptr<SequenceKv> kv, std::span<const int32_t>) { kv.reset(); }
 
 KvStore::KvStore(Backend& backend, const KvShape& shape, const KvConfig& cfg, int32_t max_sequences,
                  int32_t max_context)
@@ -62,6 +67,11 @@ KvStore::KvStore(Backend& backend, const KvShape& shape, const KvConfig& cfg, in
   if (cfg_.dense) return;
   const BlockLayout layout{cfg_.block, shape.n_head_kv, shape.head_dim, cfg_.kv_dtype};
   int64_t dev = cfg_.device_blocks;
+  if (cfg_.device_gib > 0) {
+    dev = static_cast<int64_t>(cfg_.device_gib * double(int64_t{1} << 30)) / layout.dev_bytes();
+    TANDEM_REQUIRE(dev >= 1, kInvalidArgument, "--kv-device-gib ", cfg_.device_gib,
+                   " holds no device KV block of ", layout.dev_bytes(), " bytes");
+  }
   if (dev == 0) {
     // Enough for max_sequences sequences at their largest device footprint.
     const int64_t window_tokens = std::min<int64_t>(cfg_.window, max_context);
@@ -77,6 +87,18 @@ KvStore::KvStore(Backend& backend, const KvShape& shape, const KvConfig& cfg, in
   // Ordinary host memory (the CPU attention reads it; a device backend gets it by upload): not
   // tagged pinned, which would let a CUDA op take it as device-readable.
   host_ = std::make_unique<BlockPool>(layout.host_bytes(), chunk, true, MemoryKind::kHost);
+  // The host tier's bound: its blocks (cached ones included) never take more than this.
+  const double host_bytes =
+      cfg_.host_gib > 0 ? cfg_.host_gib * double(int64_t{1} << 30)
+                        : KvConfig::kDefaultHostShare * double(host_memory_info().free_bytes);
+  host_budget_bytes_ = static_cast<int64_t>(host_bytes);
+  if (host_budget_bytes_ > 0) {
+    const int64_t limit = host_budget_bytes_ / layout.host_bytes();
+    TANDEM_REQUIRE(limit >= shape.n_layer, kInvalidArgument, "--kv-host-gib ", cfg_.host_gib,
+                   " holds fewer host KV blocks than one per layer (", layout.host_bytes(),
+                   " bytes each)");
+    host_->set_limit(limit);
+  }
   host_attn_ =
       std::make_unique<HostAttention>(cfg_.cpu_threads, shape.head_dim, shape.scale, cfg_.kv_dtype);
   const BlockAccess blocks{*device_, *host_, layout};
@@ -94,15 +116,57 @@ KvStore::KvStore(Backend& backend, const KvShape& shape, const KvConfig& cfg, in
   }
   shared_.reset(new HybridShared{backend_, shape_, cfg_, TableGeometry(cfg_), blocks, *rows_,
                                  scatter, *host_attn_, staging_});
+  if (cfg_.prefix_cache) {
+    // Everything that changes the bytes of a cached block: its geometry and dtype (one store
+    // serves one model, so the model needs no name here).
+    const uint64_t salt = (uint64_t(cfg_.block) << 40) ^ (uint64_t(shared_->geo.sinks) << 24) ^
+                          (uint64_t(cfg_.kv_dtype) << 16) ^ uint64_t(shape.head_dim) ^
+                          (uint64_t(shape.n_head_kv) << 8) ^ (uint64_t(shape.n_layer) << 56);
+    cache_ =
+        std::make_unique<PrefixCache>(*host_, shape.n_layer, shared_->geo.sinks, cfg_.block, salt);
+    shared_->cache = cache_.get();
+  }
   runner_ = std::make_unique<HybridRunner>(*shared_);
   shared_->runner = runner_.get();
 }
 
-KvStore::~KvStore() = default;
+KvStore::~KvStore() {
+  // Sequences are gone by now; the runner's host work is reaped before the cache frees blocks.
+  if (runner_) runner_->reap();
+  if (shared_) shared_->cache = nullptr;
+  cache_.reset();
+}
 
-std::unique_ptr<SequenceKv> KvStore::new_sequence(int32_t capacity) {
+std::unique_ptr<SequenceKv> KvStore::new_sequence(int32_t capacity,
+                                                  std::span<const int32_t> tokens) {
   if (cfg_.dense) return std::make_unique<DenseKv>(backend_, shape_, capacity);
-  return std::make_unique<HybridKv>(*shared_, capacity);
+  auto kv = std::make_unique<HybridKv>(*shared_, capacity);
+  if (cache_ && !tokens.empty()) {
+    // At least the last token is computed (its logits are the sequence's next step).
+    const int64_t usable = std::min<int64_t>(std::ssize(tokens) - 1, capacity);
+    const int32_t max_chunks = cache_->chunks_of(usable);
+    runner_->reap();
+    kv->adopt(cache_->match(tokens, max_chunks, std::ssize(tokens)));
+  }
+  return kv;
+}
+
+void KvStore::release(std::unique_ptr<SequenceKv> kv, std::span<const int32_t> tokens) {
+  if (!kv) return;
+  if (cache_ && kv->step_runner() == runner_.get())
+    static_cast<HybridKv*>(kv.get())->release(tokens);
+  kv.reset();
+}
+
+void KvStore::publish(SequenceKv& kv, std::span<const int32_t> tokens) {
+  if (cache_ && kv.step_runner() == runner_.get()) static_cast<HybridKv&>(kv).publish(tokens);
+}
+
+int32_t KvStore::prefix_unit() const { return cache_ ? cache_->sinks() + cache_->block() : 0; }
+
+int64_t KvStore::host_free() const {
+  if (!host_) return std::numeric_limits<int64_t>::max() / 4;
+  return host_->free_within_limit() + (cache_ ? cache_->evictable_blocks() : 0);
 }
 
 StepPlan KvStore::plan(std::span<const PlanRequest> batch) const {
@@ -111,9 +175,17 @@ StepPlan KvStore::plan(std::span<const PlanRequest> batch) const {
     p.seqs.resize(batch.size());
     for (size_t i = 0; i < batch.size(); ++i) p.seqs[i].request = batch[i];
     p.device_free = std::numeric_limits<int64_t>::max() / 2;
+    p.host_free = p.device_free;
     return p;
   }
-  return plan_hybrid(*shared_, device_->free_blocks(), batch);
+  StepPlan p = plan_hybrid(*shared_, device_->free_blocks(), batch);
+  p.host_free = host_free();
+  return p;
+}
+
+int64_t KvStore::host_blocks_for(int32_t tokens) const {
+  if (cfg_.dense || tokens <= 0) return 0;
+  return TableGeometry(cfg_).counts(tokens).host_blocks * shape_.n_layer;
 }
 
 int64_t KvStore::device_blocks_for(int32_t tokens) const {

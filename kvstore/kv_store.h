@@ -25,8 +25,30 @@ class KvStore final : public KvPlanner {
           int32_t max_context);
   ~KvStore() override;
 
-  std::unique_ptr<SequenceKv> new_sequence(int32_t capacity) override;
+  // A hybrid sequence adopts the longest cached prefix of `tokens` (all but the last token at
+  // most): it starts with length() tokens already stored.
+  std::unique_ptr<SequenceKv> new_sequence(int32_t capacity,
+                                           std::span<const int32_t> tokens = {}) override;
+  // Leaves a hybrid sequence's full chunks of `tokens` in the prefix cache, then frees it.
+  void release(std::unique_ptr<SequenceKv> kv, std::span<const int32_t> tokens) override;
+  // Makes a running sequence's full chunks of `tokens` adoptable by others (a prompt whose
+  // prefill finished: the other choices of an n > 1 request, concurrent requests with the same
+  // prefix). Engine thread, between steps.
+  void publish(SequenceKv& kv, std::span<const int32_t> tokens);
+  int32_t prefix_unit() const override;
   StepPlan plan(std::span<const PlanRequest> batch) const override;
+  // Host blocks a sequence of `tokens` tokens holds at its longest (thread-safe as above).
+  int64_t host_blocks_for(int32_t tokens) const;
+  // The host tier's bound in blocks (0: none) and bytes.
+  int64_t host_blocks_limit() const { return host_ ? host_->limit() : 0; }
+  int64_t host_budget_bytes() const { return host_budget_bytes_; }
+  int64_t host_block_bytes() const { return host_ ? host_->block_bytes() : 0; }
+  int64_t device_block_bytes() const { return device_ ? device_->block_bytes() : 0; }
+  // Host blocks a step can still take: free within the bound, or held by evictable cache
+  // entries.
+  int64_t host_free() const;
+  const PrefixCache* prefix_cache() const { return cache_.get(); }
+  PrefixCache* prefix_cache() { return cache_.get(); }
   // Device blocks a new sequence of `tokens` tokens needs at its longest: a function of the
   // configuration only, so any thread may ask (Engine::submit does while the engine thread
   // allocates and frees; plan() also reads the pool's free count, which only that thread may).
@@ -51,6 +73,8 @@ class KvStore final : public KvPlanner {
   HostSpanStaging staging_;
   std::unique_ptr<HybridShared> shared_;
   std::unique_ptr<HybridRunner> runner_;
+  std::unique_ptr<PrefixCache> cache_;
+  int64_t host_budget_bytes_ = 0;
 };
 
 }  // namespace tandem

@@ -90,7 +90,7 @@ int64_t select_hgca(const HostHead& h, float threshold, std::vector<HostBlockRef
   thread_local std::vector<std::pair<int32_t, int32_t>> spans;  // (start in idx, count) per block
   spans.clear();
   for (int32_t j = 0; j < h.count(); ++j) {
-    const float* maw = h.blocks.host_maw(h.host[static_cast<size_t>(j)]) + int64_t{h.g} * b;
+    const float* maw = h.maw[static_cast<size_t>(j)] + int64_t{h.g} * b;
     const int32_t first = static_cast<int32_t>(idx.size());
     spans.emplace_back(first, select_above(maw, h.rows_of(j), threshold, idx));
   }

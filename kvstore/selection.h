@@ -37,6 +37,7 @@ struct HostHead {
   int32_t host_tokens = 0;
   const BlockAccess& blocks;
   int32_t g = 0;
+  std::span<const float* const> maw = {};  // per block: MAW f32 [Hkv, tokens] (hgca reads it)
   // Block j's reference: all its rows of head g.
   HostBlockRef ref(int32_t j) const;
   int32_t rows_of(int32_t j) const;

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <span>
 #include <vector>
@@ -40,6 +41,7 @@ struct LayerSpans {
   std::vector<int32_t> window;    // device block ids, oldest first
   int32_t window_tokens = 0;      // the last window block may be partial
   std::vector<int32_t> host;      // host block ids, oldest first
+  std::vector<const float*> maw;  // per host block: the sequence's MAW values [Hkv, block]
   int32_t host_tokens = 0;        //
   std::vector<int64_t> selected;  // per KV head: host entries the policy selected (decode)
 };
@@ -55,9 +57,12 @@ struct StepPlan {
   std::vector<SequencePlan> seqs;
   TierDelta device, host;   // sums over seqs
   int64_t device_free = 0;  // device blocks free when the plan was made
-  // Whether the device pool can take the step: blocks are freed (evictions) before the same
-  // layer allocates, so the net count is what has to be free.
-  bool fits() const { return device.net() <= device_free; }
+  // Host blocks the step can take when the plan was made: free within the host bound, or held
+  // by prefix-cache entries nobody references (evicted on demand).
+  int64_t host_free = std::numeric_limits<int64_t>::max() / 4;
+  // Whether both tiers can take the step: blocks are freed (evictions) before the same layer
+  // allocates, so the net count is what has to be free.
+  bool fits() const { return device.net() <= device_free && host.net() <= host_free; }
 };
 
 // The scheduler's view of a KV store: plans, and sequences to plan for.
@@ -66,10 +71,20 @@ class KvPlanner {
   virtual ~KvPlanner() = default;
   // The plan of a candidate batch; changes nothing. Sequences of the batch are distinct.
   virtual StepPlan plan(std::span<const PlanRequest> batch) const = 0;
-  // A new empty sequence that may grow to `capacity` tokens.
-  virtual std::unique_ptr<SequenceKv> new_sequence(int32_t capacity) = 0;
+  // A new sequence that may grow to `capacity` tokens, to hold `tokens` (its prompt, or prompt
+  // and generated tokens after a preemption): a store with a prefix cache hands it the longest
+  // cached prefix of them already stored (its length()); others return it empty.
+  virtual std::unique_ptr<SequenceKv> new_sequence(int32_t capacity,
+                                                   std::span<const int32_t> tokens = {}) = 0;
+  // Gives a sequence back: a store with a prefix cache keeps the full blocks of its first
+  // length() tokens (`tokens` holds at least those), then frees it. Empty tokens: nothing kept
+  // (a sequence a failed step may have half written).
+  virtual void release(std::unique_ptr<SequenceKv> kv, std::span<const int32_t> tokens);
   // Device blocks of the pool (0: no device tier limits admission, e.g. a dense store).
   virtual int64_t device_blocks_total() const = 0;
+  // Tokens of the first chunk a prefix cache keeps (the sinks and one block): sequences that
+  // share them may share a cached prefix. 0: the store caches no prefixes.
+  virtual int32_t prefix_unit() const { return 0; }
 };
 
 }  // namespace tandem

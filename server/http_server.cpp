@@ -194,6 +194,10 @@ struct HttpServer::Impl {
 void HttpServer::Impl::on_event(HttpServer& self, Job& job, size_t i, const TokenEvent& ev,
                                 std::string& out) {
   const double t = seconds_since(job.t0);
+  if (ev.processed >= 0) {  // prefill progress: only streamed, and only when asked for
+    if (job.stream) out += job.enc->sse_progress(i, ev, t * 1000);
+    return;
+  }
   if (!ev.tokens.empty() && job.ttft[i] < 0) job.ttft[i] = t;
   if (job.stream)
     out += job.enc->sse_event(i, ev);
@@ -215,6 +219,8 @@ bool HttpServer::Impl::pump(HttpServer& self, Job& job, httplib::DataSink& sink)
   openai::ResponseEncoder& enc = *job.enc;
   if (job.stream && !write(enc.sse_start())) return gone();
   auto last_check = Clock::now();
+  auto last_write = Clock::now();
+  const auto keepalive = std::chrono::duration<double>(self.opt_.sse_keepalive_s);
   std::string out;
   while (!enc.all_finished() && !enc.error()) {
     bool progressed = false;
@@ -234,6 +240,12 @@ bool HttpServer::Impl::pump(HttpServer& self, Job& job, httplib::DataSink& sink)
         break;
       }
     }
+    if (job.stream && out.empty() && self.opt_.sse_keepalive_s > 0 &&
+        Clock::now() - last_write >= keepalive) {
+      out = ": keep-alive\n\n";  // an SSE comment: clients skip it
+      self.metrics_.sse_keepalive();
+    }
+    if (!out.empty()) last_write = Clock::now();
     if (!write(out)) return gone();
     out.clear();
     if (Clock::now() - last_check >= kSocketCheck) {

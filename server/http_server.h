@@ -28,7 +28,10 @@ struct HttpOptions {
   std::string api_key;          // empty: no authentication
   bool metrics_public = false;  // with an API key: /metrics served without it too
   std::vector<std::string> allowed_origins = {"*"};  // CORS; empty: no CORS headers
-  ConnectionLimits conn;                             // workers, header and body bytes, deadlines
+  // A streamed response that has sent nothing for this long (a long prefill) sends an SSE
+  // comment, so proxies and clients do not time out; 0: never.
+  double sse_keepalive_s = 15;
+  ConnectionLimits conn;  // workers, header and body bytes, deadlines
   openai::CodecLimits limits;
   SamplingParams sampling_defaults;  // the model's generation config
 };

@@ -85,6 +85,11 @@ void ServerMetrics::connection_refused() {
   ++refused_;
 }
 
+void ServerMetrics::sse_keepalive() {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++keepalives_;
+}
+
 void ServerMetrics::sequence_done(int64_t prompt_tokens, int64_t completion_tokens, double ttft,
                                   double e2e) {
   std::lock_guard<std::mutex> lock(mu_);
@@ -120,6 +125,10 @@ std::string ServerMetrics::render(const EngineGauges& g) const {
     metric(out, "tandem_http_refused_connections_total", "counter",
            "Connections refused with 503 because every HTTP worker was busy (--http-threads).",
            static_cast<double>(refused_));
+    metric(out, "tandem_sse_keepalives_total", "counter",
+           "Keep-alive comments sent on streamed responses that had nothing else to send for "
+           "--sse-keepalive-seconds (a long prefill).",
+           static_cast<double>(keepalives_));
     metric(out, "tandem_prompt_tokens_total", "counter", "Prompt tokens of finished sequences.",
            static_cast<double>(prompt_tokens_));
     metric(out, "tandem_generation_tokens_total", "counter",
@@ -180,6 +189,23 @@ std::string ServerMetrics::render(const EngineGauges& g) const {
          static_cast<double>(g.kv_host_blocks_used));
   metric(out, "tandem_kv_host_blocks_total", "gauge", "Host KV blocks allocated.",
          static_cast<double>(g.kv_host_blocks_total));
+  metric(out, "tandem_kv_host_bytes_used", "gauge",
+         "Host KV tier bytes in use (blocks of running sequences and of the prefix cache).",
+         static_cast<double>(g.kv_host_bytes_used));
+  metric(out, "tandem_kv_host_bytes_budget", "gauge", "Bound of the host KV tier (--kv-host-gib).",
+         static_cast<double>(g.kv_host_bytes_budget));
+  metric(out, "tandem_prefix_cache_queries_total", "counter",
+         "Prompt tokens looked up in the prefix cache (at admission, recomputation included).",
+         static_cast<double>(g.prefix_queried_tokens));
+  metric(out, "tandem_prefix_cache_hits_total", "counter",
+         "Prompt tokens found in the prefix cache (their prefill skipped).",
+         static_cast<double>(g.prefix_hit_tokens));
+  metric(out, "tandem_prefix_cache_blocks", "gauge",
+         "Host KV blocks held by the prefix cache (all layers; shared ones included).",
+         static_cast<double>(g.prefix_cached_blocks));
+  metric(out, "tandem_prefix_cache_evicted_blocks_total", "counter",
+         "Host KV blocks the prefix cache evicted (least recently used) to make room.",
+         static_cast<double>(g.prefix_evicted_blocks));
   return out;
 }
 

@@ -42,6 +42,12 @@ struct EngineGauges {
   double step_other_cpu_seconds = 0;
   int64_t kv_device_blocks_used = 0, kv_device_blocks_total = 0;
   int64_t kv_host_blocks_used = 0, kv_host_blocks_total = 0;
+  // The host tier's bound and use in bytes (blocks x block bytes, cached ones included).
+  int64_t kv_host_bytes_used = 0, kv_host_bytes_budget = 0;
+  // The prefix cache: prompt tokens looked up and found, host blocks held by entries (all
+  // layers), evicted.
+  int64_t prefix_queried_tokens = 0, prefix_hit_tokens = 0;
+  int64_t prefix_cached_blocks = 0, prefix_evicted_blocks = 0;
 };
 
 class ServerMetrics {
@@ -51,6 +57,7 @@ class ServerMetrics {
   void request_done(const std::string& route, int status);
   void client_gone();  // a client hung up before its response ended (its sequences cancelled)
   void connection_refused();  // a connection beyond the HTTP workers got 503
+  void sse_keepalive();       // a streamed response sent a keep-alive comment
   // One finished sequence: its token counts and latencies in seconds (ttft < 0: no token came).
   void sequence_done(int64_t prompt_tokens, int64_t completion_tokens, double ttft, double e2e);
   // The Prometheus text, engine gauges included.
@@ -64,6 +71,7 @@ class ServerMetrics {
   int64_t prompt_tokens_ = 0, generation_tokens_ = 0;
   int64_t disconnects_ = 0;
   int64_t refused_ = 0;
+  int64_t keepalives_ = 0;
   Histogram ttft_, tpot_, e2e_;
 };
 

@@ -430,12 +430,37 @@ std::variant<ApiRequest, ApiError> parse_request(Endpoint endpoint, std::string_
       r.fail("'stream_options' must be an object", "stream_options");
     } else if (!out.stream) {
       r.fail("'stream_options' is only allowed when 'stream' is true", "stream_options");
-    } else if (auto iu = so->find("include_usage"); iu != so->end() && !iu->is_null()) {
-      if (!iu->is_boolean())
-        r.fail("'stream_options.include_usage' must be a boolean", "stream_options.include_usage");
-      else
-        out.include_usage = iu->get<bool>();
+    } else {
+      for (const auto& [key, value] : so->items()) {
+        // include_obfuscation (OpenAI's random padding against length side channels) is
+        // accepted and ignored, as by other servers.
+        bool ignored = false;
+        bool* flag = key == "include_usage"         ? &out.include_usage
+                     : key == "include_progress"    ? &out.include_progress
+                     : key == "include_obfuscation" ? &ignored
+                                                    : nullptr;
+        const std::string name = cat("stream_options.", key);
+        if (!flag) {
+          r.fail(cat("Unrecognized request argument supplied: '", name,
+                     "' (stream_options has include_usage, include_progress and "
+                     "include_obfuscation)"),
+                 name);
+        } else if (!value.is_null() && !value.is_boolean()) {
+          r.fail(cat("'", name, "' must be a boolean"), name);
+        } else if (value.is_boolean()) {
+          *flag = value.get<bool>();
+        }
+      }
     }
+  }
+  if (const ojson* rp = r.find("return_progress")) {  // llama.cpp's name of include_progress
+    if (!rp->is_boolean())
+      r.fail("'return_progress' must be a boolean", "return_progress");
+    else if (rp->get<bool>() && !out.stream)
+      r.fail("'return_progress' needs 'stream': true (progress is sent as stream events)",
+             "return_progress");
+    else
+      out.include_progress = out.include_progress || rp->get<bool>();
   }
   std::string user;
   r.string("user", user);  // accepted and ignored

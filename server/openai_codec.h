@@ -18,7 +18,8 @@
 //   logit_bias       -> SamplingParams::logit_bias
 //   logprobs + top_logprobs (chat), logprobs = k (completions) -> top_logprobs
 //   echo (completions: the prompt text is prepended; chat: the last message when it is the
-//         assistant's, as vLLM does), stream, stream_options.include_usage
+//         assistant's, as vLLM does), stream, stream_options.include_usage and
+//         .include_progress (or llama.cpp's return_progress)
 //   user, metadata, store, ... -> accepted, ignored
 #pragma once
 
@@ -108,6 +109,7 @@ struct ApiRequest {
   bool echo = false;
   bool stream = false;
   bool include_usage = false;
+  bool include_progress = false;  // stream_options.include_progress or return_progress
 };
 
 struct CodecLimits {
@@ -165,6 +167,9 @@ std::variant<Plan, ApiError> plan_request(const ApiRequest& req, const ModelInfo
 struct Usage {
   int64_t prompt_tokens = 0;
   int64_t completion_tokens = 0;
+  // Prompt tokens found in the prefix cache (usage.prompt_tokens_details.cached_tokens): per
+  // prompt, the fewest its choices found (a prompt is counted once, as in prompt_tokens).
+  int64_t cached_tokens = 0;
 };
 
 // Turns the TokenEvents of a request's choices into the OpenAI wire format, streaming (SSE
@@ -180,6 +185,10 @@ class ResponseEncoder {
   std::string sse_start();
   std::string sse_event(size_t choice, const TokenEvent& ev);
   std::string sse_end();
+  // A progress event (TokenEvent::processed >= 0; sse_event and add ignore them): a chunk with no
+  // choices and llama.cpp's `prompt_progress` {index, total, cache, processed, time_ms}; empty
+  // unless the request asked for progress.
+  std::string sse_progress(size_t choice, const TokenEvent& ev, double time_ms) const;
 
   // Non-streaming: add every event, then take the body once all choices finished.
   void add(size_t choice, const TokenEvent& ev);
@@ -204,6 +213,7 @@ class ResponseEncoder {
     bool finished = false;
     FinishReason finish = FinishReason::kNone;
     int64_t completion_tokens = 0;
+    int64_t cached_tokens = 0;
   };
   void absorb(size_t choice, const TokenEvent& ev);
   std::string finish_reason(const Choice& c) const;
@@ -219,10 +229,13 @@ class ResponseEncoder {
   std::string forced_function_;
   bool logprobs_;
   bool include_usage_;
+  bool include_progress_;
   std::string id_;
   int64_t created_;
   std::string model_;
   int64_t prompt_tokens_ = 0;
+  std::vector<int64_t> prompt_len_;  // per choice
+  size_t n_per_prompt_ = 1;          // choice i belongs to prompt i / n_per_prompt_
   std::vector<std::string> echo_;
   std::vector<Choice> choices_;
   std::optional<ApiError> error_;

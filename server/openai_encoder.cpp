@@ -75,12 +75,17 @@ ResponseEncoder::ResponseEncoder(const ApiRequest& req, const Plan& plan, std::s
     : chat_(req.endpoint == Endpoint::kChat),
       logprobs_(req.logprobs),
       include_usage_(req.include_usage),
+      include_progress_(req.include_progress),
       id_(std::move(id)),
       created_(created),
       model_(std::move(model)),
       echo_(plan.echo),
       choices_(plan.choices.size()) {
   for (const PreparedPrompt& p : plan.prompts) prompt_tokens_ += static_cast<int64_t>(p.ids.size());
+  for (const GenerationRequest& g : plan.choices)
+    prompt_len_.push_back(static_cast<int64_t>(g.prompt.size()));
+  if (!plan.prompts.empty())
+    n_per_prompt_ = std::max<size_t>(1, choices_.size() / plan.prompts.size());
   forced_ = plan.forced;
   forced_function_ = plan.forced_function;
   const bool forced =
@@ -117,6 +122,12 @@ Usage ResponseEncoder::usage() const {
   Usage u;
   u.prompt_tokens = prompt_tokens_;
   for (const Choice& c : choices_) u.completion_tokens += c.completion_tokens;
+  for (size_t p = 0; p * n_per_prompt_ < choices_.size(); ++p) {
+    int64_t fewest = -1;
+    for (size_t i = p * n_per_prompt_; i < std::min(choices_.size(), (p + 1) * n_per_prompt_); ++i)
+      fewest = fewest < 0 ? choices_[i].cached_tokens : std::min(fewest, choices_[i].cached_tokens);
+    u.cached_tokens += std::max<int64_t>(0, fewest);
+  }
   return u;
 }
 
@@ -124,7 +135,8 @@ ojson ResponseEncoder::usage_json() const {
   const Usage u = usage();
   return ojson{{"prompt_tokens", u.prompt_tokens},
                {"completion_tokens", u.completion_tokens},
-               {"total_tokens", u.prompt_tokens + u.completion_tokens}};
+               {"total_tokens", u.prompt_tokens + u.completion_tokens},
+               {"prompt_tokens_details", {{"cached_tokens", u.cached_tokens}}}};
 }
 
 ojson ResponseEncoder::chunk_head() const {
@@ -179,6 +191,7 @@ void ResponseEncoder::absorb(size_t choice, const TokenEvent& ev) {
   c.finished = true;
   c.finish = ev.finish;
   c.completion_tokens = ev.completion_tokens;
+  c.cached_tokens = ev.cached;
 
   if (ev.finish == FinishReason::kError && !error_) {
     ApiError e;
@@ -226,6 +239,7 @@ std::string ResponseEncoder::sse_start() {
 }
 
 std::string ResponseEncoder::sse_event(size_t choice, const TokenEvent& ev) {
+  if (ev.processed >= 0) return {};
   Choice& c = choices_[choice];
   const bool had_error = error_.has_value();
   absorb(choice, ev);
@@ -318,6 +332,19 @@ std::string ResponseEncoder::sse_event(size_t choice, const TokenEvent& ev) {
   return out;
 }
 
+std::string ResponseEncoder::sse_progress(size_t choice, const TokenEvent& ev,
+                                          double time_ms) const {
+  if (!include_progress_ || ev.processed < 0) return {};
+  ojson j = chunk_head();
+  j["choices"] = ojson::array();
+  j["prompt_progress"] = ojson{{"index", choice},
+                               {"total", prompt_len_[choice]},
+                               {"cache", ev.cached},
+                               {"processed", ev.processed},
+                               {"time_ms", static_cast<int64_t>(time_ms)}};
+  return frame(j);
+}
+
 std::string ResponseEncoder::sse_end() {
   std::string out;
   if (include_usage_) {
@@ -331,6 +358,7 @@ std::string ResponseEncoder::sse_end() {
 }
 
 void ResponseEncoder::add(size_t choice, const TokenEvent& ev) {
+  if (ev.processed >= 0) return;
   Choice& c = choices_[choice];
   absorb(choice, ev);
   if (split_ && c.finished) {

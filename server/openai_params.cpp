@@ -28,8 +28,11 @@ constexpr std::array kParams = std::to_array<ParamInfo>({
      "a string or up to 16; matched across token boundaries, never emitted"},
     {"seed", true, true, S, false, "42", "", "same seed, same text; choice j uses seed + j"},
     {"stream", true, true, S, false, "false", "", "server-sent events, ending with `data: [DONE]`"},
-    {"stream_options", true, true, S, false, R"({"include_usage": true})", R"({"stream": true})",
-     "`include_usage`: a last chunk with the usage; needs `stream`"},
+    {"stream_options", true, true, S, false, R"({"include_usage": true, "include_progress": true})",
+     R"({"stream": true})",
+     "needs `stream`; `include_usage`: a last chunk with the usage; `include_progress` "
+     "(extension): during the prefill, chunks with no choices and `prompt_progress` {index, "
+     "total, cache, processed, time_ms}; `include_obfuscation`: ignored"},
     {"presence_penalty", true, true, S, false, "0.5", "", "[-2, 2], over the generated tokens"},
     {"frequency_penalty", true, true, S, false, "0.5", "", "[-2, 2], over the generated tokens"},
     {"logit_bias", true, true, S, false, R"({"13": -100, "42": 5})", "",
@@ -94,6 +97,8 @@ constexpr std::array kParams = std::to_array<ParamInfo>({
      "apply); at most `max_tokens`"},
     {"stop_token_ids", true, true, S, true, "[2]", "", "extra token ids that end the output"},
     {"ignore_eos", true, true, S, true, "true", "", "generate past EOS (benchmarks)"},
+    {"return_progress", true, true, S, true, "true", R"({"stream": true})",
+     "llama.cpp's name of `stream_options.include_progress`; needs `stream`"},
     {"add_generation_prompt", true, false, S, true, "true", "", "passed to the chat template"},
     {"chat_template_kwargs", true, false, S, true, R"({"enable_thinking": false})", "",
      "extra variables for the chat template"},

@@ -169,6 +169,7 @@ std::variant<Plan, ApiError> plan_request(const ApiRequest& req, const ModelInfo
       g.min_tokens = std::min(req.min_tokens, g.max_tokens);
       g.grammar = req.grammar;
       g.top_logprobs = req.logprobs ? req.top_logprobs : -1;
+      g.report_progress = req.include_progress;
       plan.choices.push_back(std::move(g));
       plan.echo.push_back(!req.echo ? std::string() : chat ? chat_echo : p.text);
     }

@@ -157,6 +157,14 @@ constexpr OptionSpec kOptions[] = {
            "moving-average factor of the attention weights --sparse hgca selects by"),
     choice("kv-dtype", kLoads, kKv, "f32|bf16|f16", "f32",
            "type of the stored KV blocks of the hybrid store (--dense stays f32)"),
+    number("kv-host-gib", kLoads, kKv, "G", "0", 0, 1 << 20,
+           "bound of the host KV tier, cached prefixes included (0: half of MemAvailable at "
+           "start-up)"),
+    number("kv-device-gib", kLoads, kKv, "G", "0", 0, 1 << 20,
+           "size of the device KV pool (0: enough for --max-batch sequences' sinks and windows)"),
+    flag("no-prefix-cache", kLoads, kKv,
+         "turn off the automatic prefix cache of the host tier (full blocks of finished, "
+         "cancelled and preempted sequences kept for reuse, evicted least-recently-used)"),
 
     // ---- serve ----
     text("config", kServe, kCmd, "FILE", "",
@@ -191,6 +199,9 @@ constexpr OptionSpec kOptions[] = {
             "larger request bodies get 413"),
     integer("max-header-bytes", kServe, kCmd, "N", "16384", 1024, 1 << 24,
             "request line + headers larger than this get 431"),
+    number("sse-keepalive-seconds", kServe, kCmd, "S", "15", 0, 86400,
+           "a streamed response with nothing to send for S seconds (a long prefill) sends an SSE "
+           "comment, so proxies and clients do not time out (0: never)"),
     number("request-timeout", kServe, kCmd, "S", "30", 0.01, 86400,
            "seconds to receive a whole request (headers and body) from its first byte; a "
            "slower client gets 408 and is disconnected"),

@@ -46,7 +46,7 @@ TEST_CASE("concurrent greedy requests equal each one run alone, in far fewer ste
       CHECK(m.step_other_cpu_seconds > 0);
       CHECK(m.step_other_cpu_seconds <= m.step_other_seconds + 0.01);  // CPU time <= wall time
       CHECK(m.kv_device_blocks_used == 0);
-      CHECK(m.kv_host_blocks_used == 0);
+      CHECK(m.kv_host_blocks_used == m.prefix_cached_blocks);  // the rest is free
       if (!dense) {
         CHECK(m.kv_device_blocks_total > 0);
         CHECK(m.cpu_attention_busy_seconds > 0);  // the long prompt's decodes reach the host
@@ -187,12 +187,14 @@ TEST_CASE("a sequence that cannot grow preempts the most recently admitted one",
   CHECK(sched.waiting()[0]->kv == nullptr);
   CHECK(sched.waiting()[0]->generated() > 0);  // kept: recomputed from prompt + output
   sched.retire(sched.running()[0].get());
-  // Readmitted first, prompt + output as one prefill; it now needs 6 blocks, so the newer
-  // request (4 more) still waits.
+  // Readmitted first: it adopts the blocks it left in the prefix cache and prefills the rest of
+  // prompt + output as one chunk; it now needs 6 blocks, so the newer request (4 more) still
+  // waits.
   const Schedule p = sched.schedule();
   REQUIRE(p.chunks.size() == 1);
   CHECK(p.chunks[0].seq->id == 1);
-  CHECK(p.chunks[0].n == p.chunks[0].seq->size());
+  CHECK(p.chunks[0].seq->computed() > 0);
+  CHECK(p.chunks[0].n == p.chunks[0].seq->size() - p.chunks[0].seq->computed());
   CHECK(p.chunks[0].observe);
   CHECK(sched.waiting().size() == 1);
 }
@@ -276,4 +278,48 @@ TEST_CASE("a failing model step fails its batch with kError and the engine goes 
   const EngineMetrics m = wait_metrics(
       engine, [](const EngineMetrics& x) { return x.running == 0 && x.finished_error == 4; });
   CHECK(m.waiting == 0);
+}
+
+TEST_CASE("report_progress: a progress event after each prefill chunk, then the tokens",
+          "[engine]") {
+  Setup s;
+  KvStore store(s.model->backend(), s.model->kv_shape(), hybrid_config(), 4, 512);
+  EngineOptions opt;
+  opt.max_batch = 4;
+  opt.prefill_chunk = 32;
+  Engine engine(*s.model, demo_tokenizer(), store, opt);
+  const std::vector<int32_t> prompt = story_prompts().back();  // several chunks
+  REQUIRE(prompt.size() > 64);
+  GenerationRequest with = greedy(prompt, 6);
+  with.report_progress = true;
+  auto a = engine.submit(with);
+  auto b = engine.submit(greedy(prompt, 6));  // not asked: no progress event
+
+  std::vector<int32_t> processed;
+  std::vector<int32_t> tokens;
+  TokenEvent ev;
+  for (bool done = false; !done;) {
+    REQUIRE(a->next(ev, kPatience));
+    if (ev.processed >= 0) {
+      CHECK(tokens.empty());  // all before the first token
+      CHECK(ev.cached == 0);
+      CHECK(ev.tokens.empty());
+      CHECK(ev.text.empty());
+      CHECK(ev.finish == FinishReason::kNone);
+      processed.push_back(ev.processed);
+    }
+    tokens.insert(tokens.end(), ev.tokens.begin(), ev.tokens.end());
+    done = ev.finish != FinishReason::kNone;
+  }
+  const auto n = static_cast<int32_t>(prompt.size());
+  std::vector<int32_t> want;
+  for (int32_t p = 32; p < n; p += 32) want.push_back(p);
+  want.push_back(n);
+  CHECK(processed == want);
+  CHECK(tokens == reference(*s.model, prompt, 6));
+  while (b->next(ev, kPatience)) {
+    CHECK(ev.processed == -1);
+    if (ev.finish != FinishReason::kNone) break;
+  }
+  CHECK(ev.finish == FinishReason::kLength);
 }

@@ -427,3 +427,56 @@ TEST_CASE("metrics: Prometheus text", "[codec]") {
   CHECK(t.find("tandem_num_requests_running 3\n") != std::string::npos);
   CHECK(t.find("tandem_kv_device_blocks_used 7\n") != std::string::npos);
 }
+
+TEST_CASE("codec: prefill progress (include_progress, return_progress)", "[codec]") {
+  const std::string head = R"({"messages": [{"role": "user", "content": "x"}], )";
+  CHECK(
+      ok(Endpoint::kChat, head + R"("stream": true, "stream_options": {"include_progress": true}})")
+          .include_progress);
+  CHECK(ok(Endpoint::kCompletions, R"({"prompt": "a", "stream": true, "return_progress": true})")
+            .include_progress);
+  CHECK(
+      !ok(Endpoint::kChat, head + R"("stream": true, "return_progress": false})").include_progress);
+  CHECK(!ok(Endpoint::kChat, head + R"("return_progress": false})").include_progress);
+  // OpenAI's obfuscation padding is accepted and not sent; anything else is named.
+  CHECK(!ok(Endpoint::kChat,
+            head + R"("stream": true, "stream_options": {"include_obfuscation": true}})")
+             .include_progress);
+  CHECK(bad(Endpoint::kChat, head + R"("return_progress": true})").param == "return_progress");
+  CHECK(bad(Endpoint::kChat, head + R"("stream": true, "return_progress": 1})").param ==
+        "return_progress");
+  CHECK(bad(Endpoint::kChat, head + R"("stream": true, "stream_options": {"progress": true}})")
+            .param == "stream_options.progress");
+  CHECK(bad(Endpoint::kChat,
+            head + R"("stream": true, "stream_options": {"include_progress": "yes"}})")
+            .param == "stream_options.include_progress");
+
+  for (const bool asked : {true, false}) {
+    const ApiRequest r =
+        ok(Endpoint::kChat, head + (asked ? R"("stream": true, "return_progress": true, "n": 2})"
+                                          : R"("stream": true, "n": 2})"));
+    const Plan p = plan_ok(r);
+    for (const GenerationRequest& g : p.choices) CHECK(g.report_progress == asked);
+    ResponseEncoder enc(r, p, "chatcmpl-1", 7, "tiny");
+    TokenEvent ev;
+    ev.processed = 3;
+    ev.cached = 1;
+    CHECK(enc.sse_event(1, ev).empty());  // progress is not a token event
+    const std::string frame = enc.sse_progress(1, ev, 12.7);
+    if (!asked) {
+      CHECK(frame.empty());
+      continue;
+    }
+    const auto objs = sse_objects(frame);
+    REQUIRE(objs.size() == 1);
+    CHECK(objs[0]["object"] == "chat.completion.chunk");
+    CHECK(objs[0]["choices"] == json::array());
+    CHECK(objs[0]["prompt_progress"] ==
+          json{{"index", 1},
+               {"total", static_cast<int64_t>(p.choices[1].prompt.size())},
+               {"cache", 1},
+               {"processed", 3},
+               {"time_ms", 12}});
+    CHECK(!enc.finished(1));
+  }
+}

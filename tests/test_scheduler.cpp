@@ -44,7 +44,8 @@ struct FakePlanner final : KvPlanner {
     }
     return p;
   }
-  std::unique_ptr<SequenceKv> new_sequence(int32_t capacity) override {
+  std::unique_ptr<SequenceKv> new_sequence(int32_t capacity,
+                                           std::span<const int32_t> = {}) override {
     if (fail_next) {
       fail_next = false;
       throw Error(ErrorKind::kOutOfMemory, "fake: no memory");

@@ -20,6 +20,7 @@ struct HostBlocksFixture {
   BlockPool host{layout.host_bytes(), 4, true, MemoryKind::kHost};
   BlockAccess blocks{device, host, layout};
   LayerTable table;
+  std::vector<const float*> maw;  // per host block: its MAW values (table.maw)
   std::mt19937 rng{3};
 
   // `tokens` host tokens in blocks of kBlock, random keys, values and MAW, digests as the store
@@ -33,13 +34,15 @@ struct HostBlocksFixture {
         std::fill_n(blocks.host_kmin(id), kHkv * kD, std::numeric_limits<float>::infinity());
         std::fill_n(blocks.host_kmax(id), kHkv * kD, -std::numeric_limits<float>::infinity());
         table.host.push_back(id);
+        table.maw.push_back(std::make_unique<float[]>(kHkv * kBlock));
+        maw.push_back(table.maw.back().get());
       }
       const int32_t id = table.host.back(), slot = t % kBlock;
       for (int32_t g = 0; g < kHkv; ++g) {
         float* k = key(id, g, slot);
         for (int32_t c = 0; c < kD; ++c) k[c] = nd(rng);
         digest_add(blocks.host_kmin(id) + g * kD, blocks.host_kmax(id) + g * kD, k, kD);
-        blocks.host_maw(id)[g * kBlock + slot] = ud(rng);
+        table.maw.back()[g * kBlock + slot] = ud(rng);
       }
       ++table.host_tokens;
     }
@@ -126,12 +129,11 @@ TEST_CASE("hgca selects exactly the entries above the threshold", "[selection]")
       std::vector<std::pair<int32_t, int32_t>> want;  // (block, row)
       for (size_t j = 0; j < f.table.host.size(); ++j)
         for (int32_t t = 0; t < std::min(8, 45 - static_cast<int32_t>(j) * 8); ++t)
-          if (f.blocks.host_maw(f.table.host[j])[g * 8 + t] > threshold)
-            want.emplace_back(static_cast<int32_t>(j), t);
+          if (f.table.maw[j][g * 8 + t] > threshold) want.emplace_back(static_cast<int32_t>(j), t);
       std::vector<HostBlockRef> refs;
       std::vector<int32_t> idx;
-      const int64_t rows = select_hgca(HostHead{f.table.host, f.table.host_tokens, f.blocks, g},
-                                       threshold, refs, idx);
+      const int64_t rows = select_hgca(
+          HostHead{f.table.host, f.table.host_tokens, f.blocks, g, f.maw}, threshold, refs, idx);
       std::vector<std::pair<int32_t, int32_t>> got;
       for (const HostBlockRef& r : refs) {
         REQUIRE(r.idx != nullptr);

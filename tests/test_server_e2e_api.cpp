@@ -335,6 +335,96 @@ TEST_CASE("e2e: /tokenize, /detokenize, /v1/models/{id}, X-Request-Id and CORS",
   CHECK_FALSE(r->has_header("Access-Control-Allow-Origin"));
 }
 
+TEST_CASE("e2e: a long prefill sends keep-alives and, when asked, progress", "[e2e]") {
+  // 250 prefill steps of 4 tokens: far longer than the 10 ms keep-alive period (the response
+  // polls its stream every 20 ms).
+  ServerProcess server(
+      {"--api-key", kKey, "--prefill-chunk", "4", "--sse-keepalive-seconds", "0.01"});
+  auto c = client(server.port());
+  std::vector<int32_t> prompt(1000, 7);
+  const json body = {{"prompt", prompt}, {"max_tokens", 2}, {"stream", true}};
+  auto first_data = [](const std::string& text) {  // offset of the first token's frame
+    size_t pos = 0;
+    while ((pos = text.find("data: {", pos)) != std::string::npos) {
+      const json f = json::parse(text.substr(pos + 6, text.find("\n\n", pos) - pos - 6));
+      if (!f["choices"].empty()) return pos;
+      pos += 6;
+    }
+    return std::string::npos;
+  };
+
+  Reply r = post(*c, "/v1/completions", body.dump());
+  REQUIRE(r.status == 200);
+  const size_t keepalive = r.body.find(": keep-alive\n\n");
+  CHECK(keepalive != std::string::npos);
+  CHECK(keepalive < first_data(r.body));
+  CHECK(r.body.find("prompt_progress") == std::string::npos);
+  Streamed s = parse_sse(r.body, false);
+  CHECK(s.finish[0] == "length");
+  CHECK(s.frames.back() == "[DONE]");
+
+  // Another prompt (the first is cached now), with progress; then that one again, whose
+  // progress starts after what the prefix cache held.
+  json with = body;
+  with["prompt"] = std::vector<int32_t>(1000, 8);
+  with["return_progress"] = true;
+  for (const bool cached : {false, true}) {
+    r = post(*c, "/v1/completions", with.dump());
+    REQUIRE(r.status == 200);
+    s = parse_sse(r.body, false);
+    std::vector<int64_t> processed;
+    int64_t time_ms = 0, cache = -1;
+    for (const json& f : s.frames) {
+      if (!f.is_object() || !f.contains("prompt_progress")) continue;
+      const json& p = f["prompt_progress"];
+      CHECK(f["choices"].empty());
+      CHECK(p["index"] == 0);
+      CHECK(p["total"] == 1000);
+      if (cache < 0) cache = p["cache"];
+      CHECK(p["cache"] == cache);
+      CHECK(p["time_ms"].get<int64_t>() >= time_ms);
+      time_ms = p["time_ms"];
+      processed.push_back(p["processed"]);
+    }
+    // Blocks of 64 after 4 sinks: all but the last 36 tokens were cached.
+    CHECK(cache == (cached ? 4 + 15 * 64 : 0));
+    const int64_t start = cache, steps = (1000 - start + 3) / 4;
+    REQUIRE(static_cast<int64_t>(processed.size()) == steps);
+    for (size_t i = 0; i < processed.size(); ++i)
+      CHECK(processed[i] == std::min<int64_t>(start + 4 * static_cast<int64_t>(i + 1), 1000));
+    CHECK(r.body.rfind("prompt_progress") < first_data(r.body));
+    CHECK(s.finish[0] == "length");
+  }
+  CHECK(metric(c->Get("/metrics")->body, "tandem_sse_keepalives_total") >= 1);
+}
+
+TEST_CASE("e2e: a repeated prompt reports cached_tokens and skips its prefill", "[e2e]") {
+  // A prompt of its own (other tests share the server and its cache) sent twice: the second
+  // finds all but its last block cached.
+  std::vector<int32_t> prompt;
+  for (int32_t i = 0; i < 900; ++i) prompt.push_back(100 + (i * 7919) % 3000);
+  const json body = {{"prompt", prompt}, {"max_tokens", 3}, {"temperature", 0}};
+  const double hits0 = metric_now("tandem_prefix_cache_hits_total");
+  const json a = ok_post("/v1/completions", body);
+  CHECK(a["usage"]["prompt_tokens_details"]["cached_tokens"] == 0);
+  const json b = ok_post("/v1/completions", body);
+  const int64_t cached = b["usage"]["prompt_tokens_details"]["cached_tokens"];
+  CHECK(cached >= 900 - 64 - 4);
+  CHECK(cached < 900);
+  CHECK(b["choices"][0]["text"] == a["choices"][0]["text"]);
+  CHECK(metric_now("tandem_prefix_cache_hits_total") - hits0 >= static_cast<double>(cached));
+  // Streamed usage carries it too.
+  json st = body;
+  st["stream_options"] = {{"include_usage", true}};
+  const Streamed s = stream("/v1/completions", st);
+  CHECK(s.usage["prompt_tokens_details"]["cached_tokens"] == cached);
+  CHECK(s.text.at(0) == a["choices"][0]["text"]);
+  const std::string m = get("/metrics");
+  CHECK(metric(m, "tandem_prefix_cache_blocks") > 0);
+  CHECK(metric(m, "tandem_kv_host_bytes_budget") > 0);
+  CHECK(metric(m, "tandem_kv_host_bytes_used") <= metric(m, "tandem_kv_host_bytes_budget"));
+}
+
 // Runs a script of tests/sdk against the shared server: it must exit 0 and print `marker`.
 static void run_sdk_script(const char* script, const char* marker) {
   const fs::path sdk = tandem::test::repo_path("tests/sdk");

@@ -52,6 +52,12 @@ EngineGauges gauges_of(const EngineMetrics& m) {
   g.kv_device_blocks_total = m.kv_device_blocks_total;
   g.kv_host_blocks_used = m.kv_host_blocks_used;
   g.kv_host_blocks_total = m.kv_host_blocks_total;
+  g.kv_host_bytes_used = m.kv_host_bytes_used;
+  g.kv_host_bytes_budget = m.kv_host_bytes_budget;
+  g.prefix_queried_tokens = m.prefix_queried_tokens;
+  g.prefix_hit_tokens = m.prefix_hit_tokens;
+  g.prefix_cached_blocks = m.prefix_cached_blocks;
+  g.prefix_evicted_blocks = m.prefix_evicted_blocks;
   return g;
 }
 
@@ -102,6 +108,16 @@ int cmd_serve(const Options& f) {
   KvStore store(model->backend(), model->kv_shape(), kv_cfg, eo.max_batch, eo.max_model_len);
   log->info("kv: {}; max batch {}, max model len {}, max waiting {}", kv_cfg.describe(),
             eo.max_batch, eo.max_model_len, eo.max_waiting);
+  if (!kv_cfg.dense) {
+    constexpr double kGiB = double(int64_t{1} << 30);
+    log->info(
+        "kv budgets: host tier {:.2f} GiB ({} blocks of {} KiB{}), device pool {:.3f} GiB ({} "
+        "blocks); prefix cache {}",
+        static_cast<double>(store.host_budget_bytes()) / kGiB, store.host_blocks_limit(),
+        store.host_block_bytes() / 1024, kv_cfg.host_gib > 0 ? "" : ", half of MemAvailable",
+        static_cast<double>(store.device_blocks_total() * store.device_block_bytes()) / kGiB,
+        store.device_blocks_total(), kv_cfg.prefix_cache ? "on" : "off");
+  }
   Engine engine(*model, tok, store, eo);
 
   HttpOptions ho;
@@ -118,6 +134,7 @@ int cmd_serve(const Options& f) {
   ho.conn.max_body_bytes = static_cast<size_t>(f.integer("max-body-bytes"));
   ho.conn.max_header_bytes = static_cast<size_t>(f.integer("max-header-bytes"));
   ho.conn.request_timeout_s = f.number("request-timeout");
+  ho.sse_keepalive_s = f.number("sse-keepalive-seconds");
   ho.conn.keep_alive_s = static_cast<int>(f.integer("keep-alive-timeout"));
   // One worker per open connection: room for a full batch, the queue and a few more.
   ho.conn.workers =

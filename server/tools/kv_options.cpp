@@ -24,6 +24,9 @@ KvConfig kv_config_of(const Options& o) {
   c.maw_alpha = static_cast<float>(o.number("maw-alpha"));
   c.kv_dtype = o.pick<DType>("kv-dtype",
                              {{"f32", DType::kF32}, {"bf16", DType::kBF16}, {"f16", DType::kF16}});
+  c.host_gib = o.number("kv-host-gib");
+  c.device_gib = o.number("kv-device-gib");
+  c.prefix_cache = !o.flag("no-prefix-cache");
   c.validate();
   return c;
 }
