@@ -107,7 +107,7 @@ RequestResult send_with(httplib::Client& cli, const std::string& prefix, const B
   bool first = true;
   Clock::time_point last;
   std::string parse_error;
-  const auto st = Clock::now();
+  auto st = Clock::now();
   Clock::time_point now = st;
   SseParser sse([&](std::string_view data) {
     if (data == "[DONE]" || !parse_error.empty()) return;
@@ -147,7 +147,12 @@ RequestResult send_with(httplib::Client& cli, const std::string& prefix, const B
       raw.append(data, n);
     return true;
   };
-  const httplib::Result res = cli.send(req);
+  const bool reused = cli.is_socket_open() != 0;
+  httplib::Result res = cli.send(req);
+  if (closed_unannounced(res, reused, status != 0)) {
+    st = Clock::now();  // nothing was received: the retry is the request
+    res = cli.send(req);
+  }
   const auto end = Clock::now();
   r.latency = std::chrono::duration<double>(end - st).count();
   if (!res) {
