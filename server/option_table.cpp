@@ -110,7 +110,8 @@ constexpr CommandSpec kCommands[] = {
      "Time per draw of the sampler for greedy, temperature, top-k and top-p (JSON lines)."},
     {Command::kBench, "bench", "[--base-url URL] [options]",
      "Load-tests an OpenAI-compatible server with the flags of `vllm bench serve` (random "
-     "dataset): progress on stderr, the result table on stdout, the figures as JSON with "
+     "and prefix_repetition datasets, multi-turn chats): progress on stderr, the result table on "
+     "stdout, the figures as JSON with "
      "--save-result."},
     {Command::kBenchCpuAttn, "bench-cpu-attn", "[options]",
      "Bytes of host KV the host attention scans per second, against the memory's read bandwidth "
@@ -293,10 +294,14 @@ constexpr OptionSpec kOptions[] = {
     integer("port", kBench, kCmd, "P", "8000", 1, 65535, "the server's port, without --base-url"),
     choice("endpoint", kBench, kCmd, "/v1/completions|/v1/chat/completions", "",
            "the API route to load")
-        .computed("/v1/chat/completions for --backend openai-chat, else /v1/completions"),
+        .computed(
+            "/v1/chat/completions for --backend openai-chat or --dataset-name multi_turn, else "
+            "/v1/completions"),
     choice("backend", kBench, kCmd, "openai|vllm|openai-chat", "openai",
            "vllm's name for the API flavour"),
-    choice("dataset-name", kBench, kCmd, "random", "random", "only the random dataset is built in"),
+    choice("dataset-name", kBench, kCmd, "random|prefix_repetition|multi_turn", "random",
+           "random: independent prompts; prefix_repetition: prompts sharing a few prefixes; "
+           "multi_turn: --num-prompts chat conversations, each turn sent with the history"),
     text("model", kBench, kCmd, "NAME|DIR", "",
          "the served name, or a model folder (its tokenizer builds the prompts)")
         .computed("the server's first model (GET /v1/models)"),
@@ -315,6 +320,20 @@ constexpr OptionSpec kOptions[] = {
     integer("random-output-len", kBench, kCmd, "O", "128", 1, 1 << 24, "max_tokens per request"),
     number("random-range-ratio", kBench, kCmd, "X", "0", 0, 0.999,
            "lengths uniform in [len * (1 - X), len * (1 + X)]"),
+    integer("prefix-repetition-prefix-len", kBench, kCmd, "N", "256", 1, 1 << 24,
+            "prefix_repetition: tokens of each shared prefix"),
+    integer("prefix-repetition-suffix-len", kBench, kCmd, "N", "256", 1, 1 << 24,
+            "prefix_repetition: tokens of each prompt's own suffix"),
+    integer("prefix-repetition-num-prefixes", kBench, kCmd, "N", "10", 1, 1 << 24,
+            "prefix_repetition: distinct prefixes (the prompts spread evenly over them)"),
+    integer("prefix-repetition-output-len", kBench, kCmd, "N", "128", 1, 1 << 24,
+            "prefix_repetition: max_tokens per request"),
+    integer("multi-turn-turns", kBench, kCmd, "N", "4", 1, 1 << 16,
+            "multi_turn: turns per conversation"),
+    integer("multi-turn-input-len", kBench, kCmd, "N", "64", 1, 1 << 24,
+            "multi_turn: tokens of each turn's new user message"),
+    integer("multi-turn-output-len", kBench, kCmd, "N", "64", 1, 1 << 24,
+            "multi_turn: max_tokens per turn"),
     flag("ignore-eos", kBench, kCmd, "ask the server to generate past end-of-sequence"),
     flag("stream", kBench, kCmd, "streamed responses (the default)"),
     flag("no-stream", kBench, kCmd, "whole responses"),

@@ -2,10 +2,13 @@
 // ephemeral port): canned SSE chunks with known sleeps between them must come out as the TTFT
 // and inter-token latencies the fake produced, within 5 ms; also non-streamed responses, HTTP
 // 500s and refused connections (counted as failed, the run goes on), the SSE parser on split
-// input, Prometheus parsing, percentiles and Poisson arrivals.
+// input, Prometheus parsing, percentiles and Poisson arrivals; and kept-alive connections that
+// the server closes unannounced after an answer (as llama-server does), which must not turn
+// into failed requests.
 #include <arpa/inet.h>
 #include <httplib.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -135,6 +138,100 @@ bool within_tolerance(const bench::BenchOutcome& out,
   }
   return std::abs(bench::percentile(ttft_diff, 50)) < kTol;
 }
+
+// A server on raw sockets that answers the first request of each connection with a streamed
+// completion (chunked, and kept alive as far as its headers say) and then closes the connection,
+// as llama-server does after every streamed answer (server/tools/bench_http.h). It closes only once
+// the client has written its next request on the connection: the race a fast client sometimes loses
+// against llama-server's close is lost here every time.
+class ClosingServer {
+ public:
+  ClosingServer() {
+    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    REQUIRE(fd_ >= 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    REQUIRE(::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+    REQUIRE(::listen(fd_, 16) == 0);
+    REQUIRE(::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len) == 0);
+    port_ = ntohs(a.sin_port);
+    thread_ = std::thread([this] { serve(); });
+  }
+  ~ClosingServer() {
+    stop_ = true;
+    thread_.join();
+    ::close(fd_);
+  }
+  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
+  int answered() const { return answered_; }
+  int dropped() const { return dropped_; }  // requests whose connection was closed unanswered
+
+ private:
+  static bool readable(int fd, int ms) {
+    pollfd p{fd, POLLIN, 0};
+    return ::poll(&p, 1, ms) > 0;
+  }
+  static void send_all(int fd, const std::string& s) {
+    for (size_t at = 0; at < s.size();) {
+      const ssize_t n = ::send(fd, s.data() + at, s.size() - at, MSG_NOSIGNAL);
+      if (n <= 0) return;
+      at += static_cast<size_t>(n);
+    }
+  }
+  static std::string chunk(const std::string& s) {
+    char hex[16];
+    std::snprintf(hex, sizeof hex, "%zx\r\n", s.size());
+    return hex + s + "\r\n";
+  }
+  // Reads one request (headers and a Content-Length body); false at end of stream.
+  static bool read_request(int fd) {
+    std::string in;
+    char buf[4096];
+    size_t body_at = std::string::npos, want = 0;
+    while (body_at == std::string::npos || in.size() < body_at + want) {
+      if (!readable(fd, 5000)) return false;
+      const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+      if (n <= 0) return false;
+      in.append(buf, static_cast<size_t>(n));
+      if (body_at == std::string::npos && (body_at = in.find("\r\n\r\n")) != std::string::npos) {
+        body_at += 4;
+        const size_t cl = in.find("Content-Length: ");
+        want = cl < body_at ? std::stoul(in.substr(cl + 16)) : 0;
+      }
+    }
+    return true;
+  }
+  void serve() {
+    while (!stop_) {
+      if (!readable(fd_, 50)) continue;
+      const int c = ::accept(fd_, nullptr, nullptr);
+      if (c < 0) continue;
+      if (read_request(c)) {
+        std::string out =
+            "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+            "Transfer-Encoding: chunked\r\n\r\n";
+        for (int i = 0; i < 2; ++i)
+          out += chunk("data: {\"choices\":[{\"index\":0,\"text\":\" tok\"}]}\n\n");
+        out += chunk("data: [DONE]\n\n") + "0\r\n\r\n";
+        send_all(c, out);
+        ++answered_;
+        // The next request on this connection (or its end) arrives: close without answering.
+        if (readable(c, 3000)) {
+          char b;
+          if (::recv(c, &b, 1, MSG_PEEK) > 0) ++dropped_;
+        }
+      }
+      ::close(c);
+    }
+  }
+
+  int fd_ = -1, port_ = 0;
+  std::atomic<bool> stop_{false};
+  std::atomic<int> answered_{0}, dropped_{0};
+  std::thread thread_;
+};
 
 bench::BenchConfig config(const std::string& url, int n) {
   bench::BenchConfig c;
@@ -282,6 +379,21 @@ TEST_CASE("bench client: HTTP 500 and refused connections count as failed reques
   cfg.warmup = true;
   CHECK_THROWS_WITH(bench::run_benchmark(cfg, bench::make_random_prompts(cfg, nullptr), nullptr),
                     Catch::Contains("warm-up request failed"));
+}
+
+TEST_CASE("bench client: a kept-alive connection the server closed is sent again, not failed") {
+  ClosingServer srv;
+  auto cfg = config(srv.url(), 5);
+  cfg.max_concurrency = 1;  // one worker: every request after the first reuses its connection
+  cfg.scrape_metrics = false;
+  const auto out = bench::run_benchmark(cfg, bench::make_random_prompts(cfg, nullptr), nullptr);
+  for (const auto& r : out.results) {
+    INFO(r.error);
+    CHECK(r.success);
+    CHECK(r.text == " tok tok");
+  }
+  CHECK(srv.answered() == 5);
+  CHECK(srv.dropped() == 4);  // requests 2 to 5 each met a closed connection first
 }
 
 TEST_CASE("bench client: SSE parser, Prometheus text, percentiles, arrivals, URLs") {

@@ -1,9 +1,11 @@
 // The load-test report: vllm's result JSON (same keys) with failed requests, input throughput,
-// the server's metric deltas and the machine's load, and the readable table printed from it.
+// the prompt tokens the server reports cached, TTFT by turn (multi_turn), the server's metric
+// deltas and the machine's load, and the readable table printed from it.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <ctime>
+#include <map>
 #include <sstream>
 
 #include "server/tools/bench_client.h"
@@ -33,6 +35,68 @@ json stats_ms(const std::vector<double>& v_s, const std::string& name,
     key << "p" << p << "_" << name << "_ms";  // p99, p99.9: as vllm writes them
     j[key.str()] = percentile(v, p);
   }
+  return j;
+}
+
+// usage.prompt_tokens_details.cached_tokens of the successful requests that reported it (the
+// field is optional): the sum, and its share of those requests' prompt tokens.
+json cache_json(const std::vector<RequestResult>& results) {
+  int64_t reported = 0, cached = 0, prompt = 0;
+  json per = json::array();
+  for (const RequestResult& r : results) {
+    per.push_back(r.cached_tokens >= 0 ? json(r.cached_tokens) : json(nullptr));
+    if (!r.success || r.cached_tokens < 0) continue;
+    ++reported;
+    cached += r.cached_tokens;
+    prompt += r.prompt_len;
+  }
+  json j;
+  j["cached_tokens_reported"] = reported;
+  j["total_cached_tokens"] = reported ? json(cached) : json(nullptr);
+  j["cached_token_share"] = reported && prompt > 0
+                                ? json(static_cast<double>(cached) / static_cast<double>(prompt))
+                                : json(nullptr);
+  j["cached_tokens"] = per;
+  return j;
+}
+
+// multi_turn: TTFT by turn (of the successful requests), and turn 1 against the later ones.
+json turns_json(const std::vector<RequestResult>& results) {
+  std::map<int32_t, std::vector<double>> ttft;
+  std::map<int32_t, std::pair<int64_t, int64_t>> tokens;  // prompt, cached (where reported)
+  std::vector<double> later;
+  for (const RequestResult& r : results) {
+    if (!r.success || r.turn < 0) continue;
+    ttft[r.turn].push_back(r.ttft);
+    if (r.turn > 0) later.push_back(r.ttft);
+    if (r.cached_tokens >= 0) {
+      tokens[r.turn].first += r.prompt_len;
+      tokens[r.turn].second += r.cached_tokens;
+    }
+  }
+  auto mean_ms = [](const std::vector<double>& v) -> json {
+    if (v.empty()) return nullptr;
+    double s = 0;
+    for (double x : v) s += x;
+    return s / static_cast<double>(v.size()) * 1e3;
+  };
+  json per = json::array();
+  for (const auto& [turn, v] : ttft) {
+    json t = {{"turn", turn + 1},
+              {"completed", v.size()},
+              {"mean_ttft_ms", mean_ms(v)},
+              {"median_ttft_ms", percentile(v, 50) * 1e3}};
+    auto c = tokens.find(turn);
+    t["cached_token_share"] =
+        c != tokens.end() && c->second.first > 0
+            ? json(static_cast<double>(c->second.second) / static_cast<double>(c->second.first))
+            : json(nullptr);
+    per.push_back(t);
+  }
+  json j;
+  j["turn_stats"] = per;
+  j["mean_ttft_first_turn_ms"] = ttft.count(0) ? mean_ms(ttft[0]) : json(nullptr);
+  j["mean_ttft_later_turns_ms"] = mean_ms(later);
   return j;
 }
 
@@ -71,6 +135,17 @@ nlohmann::json report_json(const BenchConfig& cfg, const BenchOutcome& out) {
   j["random_output_len"] = cfg.output_len;
   j["random_range_ratio"] = cfg.range_ratio;
   j["seed"] = cfg.seed;
+  j["dataset_name"] = cfg.dataset;
+  if (cfg.dataset == "prefix_repetition") {
+    j["prefix_repetition_prefix_len"] = cfg.prefix_len;
+    j["prefix_repetition_suffix_len"] = cfg.suffix_len;
+    j["prefix_repetition_num_prefixes"] = cfg.num_prefixes;
+    j["prefix_repetition_output_len"] = cfg.prefix_output_len;
+  } else if (cfg.dataset == "multi_turn") {
+    j["multi_turn_turns"] = cfg.turns;
+    j["multi_turn_input_len"] = cfg.turn_input_len;
+    j["multi_turn_output_len"] = cfg.turn_output_len;
+  }
 
   const double dur = std::max(out.duration, 1e-9);
   int64_t completed = 0, failed = 0, in_tok = 0, out_tok = 0, good = 0;
@@ -130,6 +205,8 @@ nlohmann::json report_json(const BenchConfig& cfg, const BenchOutcome& out) {
   j["ttfts"] = ttfts;
   j["itls"] = itls;
   j["errors"] = errors;
+  j.update(cache_json(out.results));
+  if (cfg.dataset == "multi_turn") j.update(turns_json(out.results));
   j["load_avg_1m_before"] = out.load_avg_before;
   j["load_avg_1m_after"] = out.load_avg_after;
   j["hardware_threads"] = std::thread::hardware_concurrency();
@@ -221,6 +298,25 @@ std::string format_table(const nlohmann::json& j) {
   line("Input token throughput (tok/s):", num(j["input_throughput"], 2));
   line("Output token throughput (tok/s):", num(j["output_throughput"], 2));
   line("Total token throughput (tok/s):", num(j["total_token_throughput"], 2));
+  auto pct = [&](const json& share) {
+    return share.is_number() ? num(json(share.get<double>() * 100), 1) + "%" : std::string("n/a");
+  };
+  line("Cached prompt tokens (server):",
+       j.value("cached_tokens_reported", 0) > 0
+           ? num(j["total_cached_tokens"], 0) + " (" + pct(j["cached_token_share"]) + ")"
+           : std::string("not reported"));
+  if (j.contains("turn_stats")) {
+    rule("Multi-turn");
+    line("Mean TTFT, turn 1 (ms):", num(j["mean_ttft_first_turn_ms"], 2));
+    line("Mean TTFT, later turns (ms):", num(j["mean_ttft_later_turns_ms"], 2));
+    for (const auto& t : j["turn_stats"]) {
+      const std::string label = "Mean TTFT, turn " + t["turn"].dump() + " (ms):";
+      std::string v = num(t["mean_ttft_ms"], 2);
+      if (t["cached_token_share"].is_number())
+        v += " (" + pct(t["cached_token_share"]) + " cached)";
+      line(label.c_str(), v);
+    }
+  }
   const std::map<std::string, std::pair<std::string, std::string>> titles = {
       {"ttft", {"Time to First Token", "TTFT"}},
       {"tpot", {"Time per Output Token (excl. 1st token)", "TPOT"}},

@@ -43,6 +43,10 @@ void read_usage(const json& j, RequestResult& r) {
   }
   if (auto p = u->find("prompt_tokens"); p != u->end() && p->is_number_integer())
     r.prompt_len = p->get<int32_t>();
+  // Optional (OpenAI's prompt caching): prompt tokens the server had cached.
+  if (auto d = u->find("prompt_tokens_details"); d != u->end() && d->is_object())
+    if (auto c = d->find("cached_tokens"); c != d->end() && c->is_number_integer())
+      r.cached_tokens = c->get<int32_t>();
 }
 
 std::string error_text(const std::string& body) {
@@ -68,10 +72,15 @@ int32_t count_words(const std::string& s) {
 std::string request_body(const BenchConfig& cfg, const BenchPrompt& p, bool stream) {
   json b;
   if (!cfg.model.empty()) b["model"] = cfg.model;
-  if (is_chat(cfg))
-    b["messages"] = json::array({{{"role", "user"}, {"content", p.text}}});
-  else
+  if (is_chat(cfg)) {
+    json msgs = json::array();
+    for (const ChatMessage& m : p.history)
+      msgs.push_back({{"role", m.role}, {"content", m.content}});
+    msgs.push_back({{"role", "user"}, {"content", p.text}});
+    b["messages"] = std::move(msgs);
+  } else {
     b["prompt"] = p.text;
+  }
   b["max_tokens"] = p.output_len;
   b["temperature"] = cfg.temperature;
   b["stream"] = stream;
@@ -98,7 +107,7 @@ RequestResult send_with(httplib::Client& cli, const std::string& prefix, const B
   bool first = true;
   Clock::time_point last;
   std::string parse_error;
-  const auto st = Clock::now();
+  auto st = Clock::now();
   Clock::time_point now = st;
   SseParser sse([&](std::string_view data) {
     if (data == "[DONE]" || !parse_error.empty()) return;
@@ -138,7 +147,12 @@ RequestResult send_with(httplib::Client& cli, const std::string& prefix, const B
       raw.append(data, n);
     return true;
   };
-  const httplib::Result res = cli.send(req);
+  const bool reused = cli.is_socket_open() != 0;
+  httplib::Result res = cli.send(req);
+  if (closed_unannounced(res, reused, status != 0)) {
+    st = Clock::now();  // nothing was received: the retry is the request
+    res = cli.send(req);
+  }
   const auto end = Clock::now();
   r.latency = std::chrono::duration<double>(end - st).count();
   if (!res) {

@@ -102,7 +102,9 @@ void one_request(httplib::Client& cli, const std::string& path, const BenchConfi
     }
     return true;
   };
-  const httplib::Result res = cli.send(req);
+  const bool reused = cli.is_socket_open() != 0;
+  httplib::Result res = cli.send(req);
+  if (closed_unannounced(res, reused, status != 0)) res = cli.send(req);
   std::lock_guard<std::mutex> lock(t.mu);
   if (aborted) {
     ++t.status[200];

@@ -1,5 +1,6 @@
 // `tandem bench`: load-tests an OpenAI-compatible server with the flags of `vllm bench serve`
-// (random dataset): prints progress on stderr, the result table on stdout and, with
+// (random and prefix_repetition datasets; multi_turn chats): prints progress on stderr, the result
+// table on stdout and, with
 // --save-result FILE (or vllm's bare --save-result [--result-dir D] [--result-filename F]), the
 // same figures as JSON; with --soak-seconds, the soak mode's summary instead
 // (server/tools/bench_soak.h). The client itself is server/tools/bench_*.
@@ -97,9 +98,16 @@ int cmd_bench(const Options& f) {
   }
   bench::split_url(cfg.base_url);  // validates
   const std::string backend = f.str("backend");
-  cfg.endpoint = f.has("endpoint")          ? f.str("endpoint")
-                 : backend == "openai-chat" ? "/v1/chat/completions"
-                                            : "/v1/completions";
+  cfg.dataset = f.str("dataset-name");
+  const bool multi_turn = cfg.dataset == "multi_turn";
+  cfg.endpoint = f.has("endpoint")                        ? f.str("endpoint")
+                 : backend == "openai-chat" || multi_turn ? "/v1/chat/completions"
+                                                          : "/v1/completions";
+  TANDEM_REQUIRE(!multi_turn || cfg.endpoint == "/v1/chat/completions", kInvalidArgument,
+                 "--dataset-name multi_turn sends chat messages: --endpoint must be "
+                 "/v1/chat/completions");
+  TANDEM_REQUIRE(!multi_turn || !f.has("soak-seconds"), kInvalidArgument,
+                 "--soak-seconds sends single requests: not with --dataset-name multi_turn");
   cfg.num_prompts = static_cast<int32_t>(f.integer("num-prompts"));
   cfg.max_concurrency = static_cast<int32_t>(f.integer("max-concurrency"));
   cfg.request_rate = parse_rate(f.str("request-rate"));
@@ -107,6 +115,13 @@ int cmd_bench(const Options& f) {
   cfg.input_len = static_cast<int32_t>(f.integer("random-input-len"));
   cfg.output_len = static_cast<int32_t>(f.integer("random-output-len"));
   cfg.range_ratio = f.number("random-range-ratio");
+  cfg.prefix_len = static_cast<int32_t>(f.integer("prefix-repetition-prefix-len"));
+  cfg.suffix_len = static_cast<int32_t>(f.integer("prefix-repetition-suffix-len"));
+  cfg.num_prefixes = static_cast<int32_t>(f.integer("prefix-repetition-num-prefixes"));
+  cfg.prefix_output_len = static_cast<int32_t>(f.integer("prefix-repetition-output-len"));
+  cfg.turns = static_cast<int32_t>(f.integer("multi-turn-turns"));
+  cfg.turn_input_len = static_cast<int32_t>(f.integer("multi-turn-input-len"));
+  cfg.turn_output_len = static_cast<int32_t>(f.integer("multi-turn-output-len"));
   cfg.ignore_eos = f.flag("ignore-eos");
   TANDEM_REQUIRE(!(f.flag("stream") && f.flag("no-stream")), kInvalidArgument,
                  "--stream and --no-stream exclude each other");
@@ -141,17 +156,31 @@ int cmd_bench(const Options& f) {
   std::unique_ptr<Tokenizer> tok;
   if (!tok_dir.empty()) tok = std::make_unique<Tokenizer>(Tokenizer::load(tok_dir));
 
-  if (cfg.progress)
-    std::fprintf(stderr,
-                 "[bench] %s%s, model '%s', %d prompts of %d+%d tokens (%s), concurrency %s, "
-                 "rate %s\n",
-                 cfg.base_url.c_str(), cfg.endpoint.c_str(), cfg.model.c_str(), cfg.num_prompts,
-                 cfg.input_len, cfg.output_len, tok ? "tokenizer" : "word list",
+  if (cfg.progress) {
+    const std::string shape =
+        cfg.dataset == "prefix_repetition"
+            ? cat(cfg.num_prompts, " prompts of ", cfg.prefix_len, "+", cfg.suffix_len, "+",
+                  cfg.prefix_output_len, " tokens over ", cfg.num_prefixes, " prefixes")
+        : multi_turn
+            ? cat(cfg.num_prompts, " conversations of ", cfg.turns, " turns of ",
+                  cfg.turn_input_len, "+", cfg.turn_output_len, " tokens")
+            : cat(cfg.num_prompts, " prompts of ", cfg.input_len, "+", cfg.output_len, " tokens");
+    std::fprintf(stderr, "[bench] %s%s, model '%s', %s (%s), concurrency %s, rate %s\n",
+                 cfg.base_url.c_str(), cfg.endpoint.c_str(), cfg.model.c_str(), shape.c_str(),
+                 tok ? "tokenizer" : "word list",
                  cfg.max_concurrency > 0 ? std::to_string(cfg.max_concurrency).c_str() : "inf",
                  cfg.request_rate > 0 ? std::to_string(cfg.request_rate).c_str() : "inf");
-  const auto prompts = bench::make_random_prompts(cfg, tok.get());
-  if (f.has("soak-seconds")) return soak(f, cfg, prompts);
-  bench::BenchOutcome out = bench::run_benchmark(cfg, prompts, tok.get());
+  }
+  bench::BenchOutcome out;
+  if (multi_turn) {
+    out = bench::run_conversations(cfg, bench::make_conversations(cfg, tok.get()), tok.get());
+  } else {
+    const auto prompts = cfg.dataset == "prefix_repetition"
+                             ? bench::make_prefix_repetition_prompts(cfg, tok.get())
+                             : bench::make_random_prompts(cfg, tok.get());
+    if (f.has("soak-seconds")) return soak(f, cfg, prompts);
+    out = bench::run_benchmark(cfg, prompts, tok.get());
+  }
   out.tokenizer = tok_dir;
   const nlohmann::json report = bench::report_json(cfg, out);
   std::fputs(bench::format_table(report).c_str(), stdout);
