@@ -331,6 +331,8 @@ TEST_CASE("bench workloads: a multi_turn run sends the replies it got, turn by t
   const std::string table = bench::format_table(j);
   CHECK(table.find("Mean TTFT, turn 1 (ms):") != std::string::npos);
   CHECK(table.find("Mean TTFT, later turns (ms):") != std::string::npos);
+  CHECK(table.find("  turn 3, mean TTFT (ms):") != std::string::npos);
+  CHECK(table.find("% cached)") != std::string::npos);
   CHECK(table.find("Cached prompt tokens (server):           84 (") != std::string::npos);
 
   // Without the chat endpoint there is no history to send.

@@ -310,7 +310,7 @@ std::string format_table(const nlohmann::json& j) {
     line("Mean TTFT, turn 1 (ms):", num(j["mean_ttft_first_turn_ms"], 2));
     line("Mean TTFT, later turns (ms):", num(j["mean_ttft_later_turns_ms"], 2));
     for (const auto& t : j["turn_stats"]) {
-      const std::string label = "Mean TTFT, turn " + t["turn"].dump() + " (ms):";
+      const std::string label = "  turn " + t["turn"].dump() + ", mean TTFT (ms):";
       std::string v = num(t["mean_ttft_ms"], 2);
       if (t["cached_token_share"].is_number())
         v += " (" + pct(t["cached_token_share"]) + " cached)";
