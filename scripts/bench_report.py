@@ -288,6 +288,21 @@ if ca:
           f"{f(r['read_bw_gbs_adjacent'], 1)} | {f(100 * r['fraction_of_bw_median'], 0)} % |")
     w("")
 
+# Sections run by hand (their heading says "(hand-run)": the side-by-side with llama-server, the
+# prefix cache) are kept from the file this one replaces.
+old_md = os.path.join(out, "benchmarks.md")
+if os.path.exists(old_md):
+    keep, section = [], None
+    for line in open(old_md).read().split("\n"):
+        if line.startswith("## "):
+            section = [] if "(hand-run)" in line else None
+            if section is not None:
+                keep.append(section)
+        if section is not None:
+            section.append(line)
+    for sec in keep:
+        md.extend(sec)
+
 w("## Files")
 w("")
 w("`docs/benchmarks.jsonl` holds every figure above as one JSON object per line (the "

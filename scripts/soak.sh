@@ -4,7 +4,11 @@
 # malformed, prompts from ~16 to ~300 tokens, up to 76 generated), samples the server's resident memory every 10 s,
 # stops the server with SIGTERM, and writes docs/reliability/soak-DATE.json (the summary, the
 # samples and the verdict) and .png (memory over time) through scripts/soak_report.py.
-#   scripts/soak.sh [--minutes M] [--concurrency C] [--model DIR] [--out PREFIX] [-- SERVE_FLAGS]
+#   scripts/soak.sh [--minutes M] [--concurrency C] [--model DIR] [--out PREFIX]
+#                   [--sample-seconds S] [--rss-bound-mb MB] [--bench "BENCH_FLAGS"] [-- SERVE_FLAGS]
+# --bench replaces the prompt flags of the load (e.g. a prefix_repetition dataset); with
+# --rss-bound-mb the verdict also needs every memory sample under it. After the load the server's
+# /metrics is saved as PREFIX.metrics.txt: every KV block must be free or cached (no leak).
 # Defaults: 60 minutes, concurrency 64, ../shared/models/tinystories-656k, the build in build/
 # (TANDEM_BIN overrides; TANDEM_SERVE_BIN serves with another build, e.g. an older one, while
 # TANDEM_BIN's bench drives it). Exit status: 0 when the verdict passes (no 5xx, no crash, memory growth
@@ -15,6 +19,9 @@ minutes=60
 concurrency=64
 model="$root/../shared/models/tinystories-656k"
 out=""
+sample_seconds=10
+rss_bound=""
+bench_flags="--random-input-len 160 --random-range-ratio 0.9 --random-output-len 40 --num-prompts 2000"
 serve_flags=()
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -22,8 +29,11 @@ while [[ $# -gt 0 ]]; do
     --concurrency) concurrency="$2"; shift 2 ;;
     --model) model="$2"; shift 2 ;;
     --out) out="$2"; shift 2 ;;
+    --sample-seconds) sample_seconds="$2"; shift 2 ;;
+    --rss-bound-mb) rss_bound="$2"; shift 2 ;;
+    --bench) bench_flags="$2"; shift 2 ;;
     --) shift; serve_flags=("$@"); break ;;
-    -h|--help) sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "soak.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -58,8 +68,17 @@ echo "soak.sh: server pid $pid on port $port; $minutes min at concurrency $concu
 
 "$bin" bench --base-url "http://127.0.0.1:$port" --model "$model" \
   --soak-seconds "$((minutes * 60))" --soak-pid "$pid" --max-concurrency "$concurrency" \
-  --random-input-len 160 --random-range-ratio 0.9 --random-output-len 40 --num-prompts 2000 \
+  --sample-interval "$sample_seconds" $bench_flags \
   --timeout 120 --save-result "$out.json" >/dev/null || true
+
+# What the KV pools hold once the load is over (the engine idle): free or cached, nothing leaked.
+metrics_ok=1
+for _ in $(seq 1 60); do
+  curl -sf "http://127.0.0.1:$port/metrics" >"$out.metrics.txt" || { metrics_ok=0; break; }
+  grep -q '^tandem_num_requests_running 0$' "$out.metrics.txt" && break
+  sleep 1
+done
+[[ $metrics_ok == 1 ]] && grep -E '^tandem_(kv_|prefix_cache)' "$out.metrics.txt" >&2 || true
 
 # The server must stop cleanly on SIGTERM: any other end counts as a crash.
 trap - EXIT
@@ -75,4 +94,5 @@ fi
 grep -E '\[(error|critical)\]' "$log" | head -20 >&2 || true
 [[ -f "$out.json" ]] || { cat "$log" >&2; echo "soak.sh: the driver wrote no summary" >&2; exit 1; }
 rm -f "$log"
-"$py" "$root/scripts/soak_report.py" "$out.json" --server-exit "$server_exit"
+"$py" "$root/scripts/soak_report.py" "$out.json" --server-exit "$server_exit" \
+  ${rss_bound:+--rss-bound-mb "$rss_bound"} --end-metrics "$out.metrics.txt"

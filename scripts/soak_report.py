@@ -31,6 +31,10 @@ def fit(xs, ys):
 ap = argparse.ArgumentParser()
 ap.add_argument("summary")
 ap.add_argument("--server-exit", type=int, default=0)
+ap.add_argument("--rss-bound-mb", type=float, default=None,
+                help="every memory sample must stay under this (the stated bound)")
+ap.add_argument("--end-metrics", default=None,
+                help="the server's /metrics after the load: KV blocks free or cached, no leak")
 args = ap.parse_args()
 s = json.load(open(args.summary))
 samples = [p for p in s["samples"] if p[1] is not None and p[1] > 0]
@@ -57,6 +61,20 @@ v["rejected_well_formed"] = s.get("rejected")  # 4xx to valid requests (None: no
 v["server_exit"] = args.server_exit
 v["crashed"] = bool(s.get("server_gone")) or args.server_exit != 0
 v["requests_per_second"] = round(s["requests"] / duration, 1)
+if args.rss_bound_mb is not None:
+    v["rss_bound_mb"] = args.rss_bound_mb
+    v["within_bound"] = all(p[1] / 1e6 <= args.rss_bound_mb for p in samples)
+if args.end_metrics and os.path.exists(args.end_metrics):
+    m = {}
+    for line in open(args.end_metrics):
+        if line.startswith("tandem_") and " " in line:
+            name, value = line.rsplit(" ", 1)
+            m[name] = float(value)
+    kv = {k: m[k] for k in sorted(m) if k.startswith(("tandem_kv_", "tandem_prefix_cache"))}
+    v["end_kv"] = kv
+    if "tandem_prefix_cache_blocks" in m:
+        v["no_leak"] = (m.get("tandem_kv_device_blocks_used", 0) == 0
+                        and m.get("tandem_kv_host_blocks_used") == m["tandem_prefix_cache_blocks"])
 v["pass"] = (
     v["server_errors"] == 0
     and not v["crashed"]
@@ -65,6 +83,8 @@ v["pass"] = (
     and s["malformed_accepted"] == 0
     and v["growth_percent"] is not None
     and v["growth_percent"] < 5
+    and v.get("within_bound", True)
+    and v.get("no_leak", True)
 )
 s["verdict"] = v
 with open(args.summary, "w") as f:
@@ -74,6 +94,8 @@ with open(args.summary, "w") as f:
 fig, ax = plt.subplots(figsize=(8, 4))
 ax.plot([p[0] / 60 for p in samples], [p[1] / 1e6 for p in samples], lw=1.2, label="server RSS")
 ax.axvspan(start / 60, duration / 60, color="tab:green", alpha=0.08, label="growth window")
+if args.rss_bound_mb is not None:
+    ax.axhline(args.rss_bound_mb, color="tab:red", lw=1, ls="--", label="stated bound")
 ax.set_xlabel("minutes")
 ax.set_ylabel("resident memory (MB)")
 growth = "n/a" if v["growth_percent"] is None else "%+.2f%%" % v["growth_percent"]
