@@ -39,6 +39,8 @@ int dispatch(Command c, const Options& o) {
       return cmd_bench_kernels(o);
     case Command::kBenchGrammar:
       return cmd_bench_grammar(o);
+    case Command::kEvalRecall:
+      return cmd_eval_recall(o);
   }
   TANDEM_FAIL(kInternal, "no code for command ", static_cast<int>(c));
 }

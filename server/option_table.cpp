@@ -22,8 +22,9 @@ constexpr CommandSet kBench = command_bit(Command::kBench);
 constexpr CommandSet kBenchCpuAttn = command_bit(Command::kBenchCpuAttn);
 constexpr CommandSet kBenchKernels = command_bit(Command::kBenchKernels);
 constexpr CommandSet kBenchGrammar = command_bit(Command::kBenchGrammar);
+constexpr CommandSet kEvalRecall = command_bit(Command::kEvalRecall);
 // The commands that load a model: they share the model, device and KV options.
-constexpr CommandSet kLoads = kServe | kRun | kPerplexity | kBenchDecode;
+constexpr CommandSet kLoads = kServe | kRun | kPerplexity | kBenchDecode | kEvalRecall;
 
 constexpr OptGroup kCmd = OptGroup::kCommand, kModel = OptGroup::kModel, kKv = OptGroup::kKv;
 constexpr int64_t kI64Max = INT64_MAX;
@@ -119,6 +120,10 @@ constexpr CommandSpec kCommands[] = {
     {Command::kBenchKernels, "bench-kernels", "[options]",
      "GB/s of the CUDA merge and decode-attention kernels against the device's copy bandwidth, "
      "each checked against the CPU backend first (JSON lines; needs a CUDA device)."},
+    {Command::kEvalRecall, "eval-recall", "--model DIR [--file JSONL] [options]",
+     "Long-context retrieval accuracy through the decode path: each prompt of a recall set is "
+     "prefilled, its answer decoded greedily and compared token for token; accuracy by context "
+     "length and needle depth, with the share of host entries attended (JSON)."},
     {Command::kBenchGrammar, "bench-grammar", "--model DIR [--schema FILE] [options]",
      "Cost per decode step of grammar-constrained decoding (token mask + accept) on the model's "
      "tokenizer, at batch 1 and 8, walking valid documents of a few JSON Schemas (JSON lines)."},
@@ -251,6 +256,11 @@ constexpr OptionSpec kOptions[] = {
             "tokens of each segment prefilled; the rest are decoded (at most --ctx - 1)"),
     integer("max-segments", kPerplexity, kCmd, "N", "", 1, 1 << 30, "segments evaluated at most")
         .computed("every segment of the file"),
+    text("file", kEvalRecall, kCmd, "JSONL", "",
+         "the recall set: one JSON object per line with prompt_ids, answer_ids, context and depth "
+         "(default: recall-eval.jsonl in the model folder)"),
+    integer("max-samples", kEvalRecall, kCmd, "N", "", 1, 1 << 30,
+            "samples evaluated at most (spread over the cells: every k-th line)"),
 
     // ---- bench-decode ----
     int_list("batch", kBenchDecode, kCmd, "B,B", "1,8", 1, 1 << 24,

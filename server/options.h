@@ -31,6 +31,7 @@ enum class Command : uint8_t {
   kBenchCpuAttn,
   kBenchKernels,
   kBenchGrammar,
+  kEvalRecall,
 };
 
 // A set of commands, one bit per Command.

@@ -36,5 +36,6 @@ int cmd_bench(const Options& o);
 int cmd_bench_cpu_attn(const Options& o);
 int cmd_bench_kernels(const Options& o);
 int cmd_bench_grammar(const Options& o);
+int cmd_eval_recall(const Options& o);
 
 }  // namespace tandem
