@@ -60,7 +60,7 @@ void HybridRunner::submit(Backend& be, int32_t layer, const TensorView& q, int64
     }
   }
   // Rows of the batch no sequence covers (none today) stay empty too.
-  // The policies select from the step's snapshot of the block table. topk reads the queries:
+  // The policies select from the step's snapshot of the block table. topk and tau read the queries:
   // where the device hands them over (qh null), it selects on a worker once they are there (the
   // batch's prepare), so that this thread never waits for the device. Otherwise it selects here,
   // before the device part of the layer (full and hgca read no query; on a CPU with few cores
@@ -70,7 +70,7 @@ void HybridRunner::submit(Backend& be, int32_t layer, const TensorView& q, int64
   slot.idx.resize(std::max(slot.idx.size(), n_items));
   slot.picked.assign(n_items, 0);
   HostAttnPrepare prepare;
-  if (qh == nullptr && sh_.cfg.sparse == SparsePolicy::kTopk)
+  if (qh == nullptr && reads_query_to_select())
     prepare = [this, layer, &slot](std::span<HostAttnItem> its) { pick(layer, slot, its); };
   else
     pick(layer, slot, items);
@@ -100,6 +100,9 @@ void HybridRunner::pick(int32_t layer, Slot& slot, std::span<HostAttnItem> items
         break;
       case SparsePolicy::kHgca:
         slot.picked[item] = select_hgca(head, p.threshold, refs, idx);
+        break;
+      case SparsePolicy::kTau:
+        slot.picked[item] = select_tau(head, items[item].q, G, sh.scale, sh_.cfg.tau, refs, idx);
         break;
     }
     items[item].blocks = refs;

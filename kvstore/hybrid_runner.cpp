@@ -175,7 +175,7 @@ void HybridRunner::abort() noexcept {
 }
 
 bool HybridRunner::reads_query(const Backend& be) const {
-  return be.host_accessible() || (sh_.geo.window == 0 && sh_.cfg.sparse == SparsePolicy::kTopk);
+  return be.host_accessible() || (sh_.geo.window == 0 && reads_query_to_select());
 }
 
 bool HybridRunner::host_async(const Seq& s, int32_t layer) const {

@@ -71,6 +71,10 @@ class HybridRunner final : public KvStepRunner {
   void abort() noexcept;  // a step that failed: host work cancelled and waited for
   // Whether the host reads the query to submit a layer (in place, or to select on this thread).
   bool reads_query(const Backend& be) const;
+  // Whether the policy's selection reads the query (topk's bounds, tau's scores).
+  bool reads_query_to_select() const {
+    return sh_.cfg.sparse == SparsePolicy::kTopk || sh_.cfg.sparse == SparsePolicy::kTau;
+  }
   // Whether sequence s has host work in a decode step of this layer.
   bool host_async(const Seq& s, int32_t layer) const;
   void prefetch(Backend& be, int32_t layer, const TensorView& q, int64_t row0);

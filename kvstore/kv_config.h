@@ -9,7 +9,7 @@
 
 namespace tandem {
 
-enum class SparsePolicy : uint8_t { kFull, kHgca, kTopk };
+enum class SparsePolicy : uint8_t { kFull, kHgca, kTopk, kTau };
 enum class CpuAttnMode : uint8_t {
   kParallel,     // host part starts when the layer's q is known (HGCA)
   kAhead,        // host part of layer i+1 starts during layer i with a predicted q (ScoutAttention)
@@ -24,6 +24,7 @@ struct KvConfig {
   SparsePolicy sparse = SparsePolicy::kHgca;
   float hgca_beta = 1.0f;    // select host entries with MAW > beta / N_device
   int32_t topk_blocks = 16;  // host blocks per KV head under --sparse topk
+  float tau = 0.9f;          // --sparse tau: attention mass of the host entries to keep
   CpuAttnMode cpu_attn = CpuAttnMode::kAhead;
   int32_t cpu_threads = 0;  // host attention workers (0 = all cores)
   float maw_alpha = 0.1f;   // MAW moving-average factor

@@ -17,6 +17,8 @@ std::string_view policy_name(SparsePolicy p) {
       return "hgca";
     case SparsePolicy::kTopk:
       return "topk";
+    case SparsePolicy::kTau:
+      return "tau";
   }
   return "?";
 }
@@ -40,6 +42,7 @@ void KvConfig::validate() const {
                  "--window must be 0 (all KV on the host) or at least --block (", block, ")");
   TANDEM_REQUIRE(hgca_beta > 0, kInvalidArgument, "--hgca-beta must be positive");
   TANDEM_REQUIRE(topk_blocks >= 0, kInvalidArgument, "--topk-blocks must be >= 0");
+  TANDEM_REQUIRE(tau > 0 && tau <= 1, kInvalidArgument, "--tau must be in (0, 1]");
   TANDEM_REQUIRE(maw_alpha > 0 && maw_alpha <= 1, kInvalidArgument, "MAW alpha must be in (0, 1]");
   TANDEM_REQUIRE(host_gib >= 0 && device_gib >= 0, kInvalidArgument,
                  "--kv-host-gib and --kv-device-gib must not be negative");
@@ -52,6 +55,7 @@ std::string KvConfig::describe() const {
      << " sparse=" << policy_name(sparse);
   if (sparse == SparsePolicy::kHgca) os << "(beta=" << hgca_beta << ")";
   if (sparse == SparsePolicy::kTopk) os << "(k=" << topk_blocks << ")";
+  if (sparse == SparsePolicy::kTau) os << "(tau=" << tau << ")";
   os << " cpu-attn=" << mode_name(cpu_attn);
   if (kv_dtype != DType::kF32) os << " kv-dtype=" << dtype_name(kv_dtype);
   if (!prefix_cache) os << " no-prefix-cache";

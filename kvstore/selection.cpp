@@ -2,7 +2,10 @@
 #include "kvstore/selection.h"
 
 #include <algorithm>
+#include <cmath>
 #include <numeric>
+
+#include "kernels/cpu/simd.h"
 
 namespace tandem {
 
@@ -105,6 +108,70 @@ int64_t select_hgca(const HostHead& h, float threshold, std::vector<HostBlockRef
     rows += count;
   }
   return rows;
+}
+
+int64_t select_tau(const HostHead& h, const float* qg, int32_t G, float scale, float tau,
+                   std::vector<HostBlockRef>& refs, std::vector<int32_t>& idx) {
+  const int32_t b = h.blocks.layout.tokens, d = h.blocks.layout.head_dim;
+  const DType t = h.blocks.layout.dtype;
+  const int64_t es = dtype_size(t);
+  const int32_t n = h.host_tokens;
+  if (n == 0) return 0;
+  thread_local std::vector<float> z, krow;
+  thread_local std::vector<double> mass;
+  thread_local std::vector<int32_t> order;
+  z.resize(static_cast<size_t>(n) * G);
+  krow.resize(static_cast<size_t>(d));
+  // Scores of every host entry for each query head of the group, from the keys as stored.
+  for (int32_t j = 0; j < h.count(); ++j) {
+    const HostBlockRef r = h.ref(j);
+    for (int32_t i = 0; i < r.n; ++i) {
+      cpu::row_to_f32(static_cast<const uint8_t*>(r.k) + int64_t{i} * d * es, t, krow.data(), d);
+      const int32_t pos = j * b + i;
+      for (int32_t g = 0; g < G; ++g) {
+        const float* q = qg + int64_t{g} * d;
+        float dot = 0.0f;
+        for (int32_t c = 0; c < d; ++c) dot += q[c] * krow[static_cast<size_t>(c)];
+        z[static_cast<size_t>(pos) * G + g] = scale * dot;
+      }
+    }
+  }
+  // Each head's softmax over the host entries, averaged over the group: the entries' mass.
+  mass.assign(static_cast<size_t>(n), 0.0);
+  for (int32_t g = 0; g < G; ++g) {
+    float m = -std::numeric_limits<float>::infinity();
+    for (int32_t p = 0; p < n; ++p) m = std::max(m, z[static_cast<size_t>(p) * G + g]);
+    double sum = 0;
+    for (int32_t p = 0; p < n; ++p) sum += std::exp(double(z[static_cast<size_t>(p) * G + g]) - m);
+    for (int32_t p = 0; p < n; ++p)
+      mass[static_cast<size_t>(p)] +=
+          std::exp(double(z[static_cast<size_t>(p) * G + g]) - m) / (sum * G);
+  }
+  // Eq. 4: the largest first, until their sum reaches tau (all of them if rounding never does).
+  order.resize(static_cast<size_t>(n));
+  std::iota(order.begin(), order.end(), 0);
+  std::sort(order.begin(), order.end(), [&](int32_t a, int32_t c) {
+    const double ma = mass[static_cast<size_t>(a)], mc = mass[static_cast<size_t>(c)];
+    return ma > mc || (ma == mc && a < c);
+  });
+  size_t k = 0;
+  for (double acc = 0; k < order.size() && acc < tau;) acc += mass[static_cast<size_t>(order[k++])];
+  std::sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(k));
+  // Per block, its selected rows (idx is not grown after the refs point into it).
+  const size_t first = idx.size();
+  idx.insert(idx.end(), order.begin(), order.begin() + static_cast<std::ptrdiff_t>(k));
+  for (size_t i = first; i < idx.size(); ++i) idx[i] %= b;
+  for (size_t a = 0; a < k;) {
+    const int32_t j = order[a] / b;
+    size_t z2 = a;
+    while (z2 < k && order[z2] / b == j) ++z2;
+    HostBlockRef r = h.ref(j);
+    r.idx = idx.data() + first + a;
+    r.n_idx = static_cast<int32_t>(z2 - a);
+    refs.push_back(r);
+    a = z2;
+  }
+  return static_cast<int64_t>(k);
 }
 
 }  // namespace tandem

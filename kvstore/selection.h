@@ -54,5 +54,10 @@ int64_t select_topk(const HostHead& h, const float* qg, int32_t G, int32_t k,
 // hgca: the entries whose MAW exceeds threshold.
 int64_t select_hgca(const HostHead& h, float threshold, std::vector<HostBlockRef>& refs,
                     std::vector<int32_t>& idx);
+// tau (HCAttention Eq. 4): the fewest entries whose attention mass reaches tau, the mass of an
+// entry being its softmax probability over the host entries averaged over the group's G query
+// heads qg [G, d] (scores scale * q.k from the stored keys); ties broken by position.
+int64_t select_tau(const HostHead& h, const float* qg, int32_t G, float scale, float tau,
+                   std::vector<HostBlockRef>& refs, std::vector<int32_t>& idx);
 
 }  // namespace tandem

@@ -148,12 +148,16 @@ constexpr OptionSpec kOptions[] = {
     integer("window", kLoads, kKv, "N", "1024", 0, 1 << 24,
             "recent tokens kept on the device (0: everything on the host)"),
     integer("block", kLoads, kKv, "N", "64", 1, 4096, "tokens per block"),
-    choice("sparse", kLoads, kKv, "full|hgca|topk", "hgca",
+    choice("sparse", kLoads, kKv, "full|hgca|topk|tau", "hgca",
            "which host entries attention reads: every one (exact), those whose moving-average "
-           "attention weight exceeds --hgca-beta times the mean, or --topk-blocks blocks"),
+           "attention weight exceeds --hgca-beta times the mean, --topk-blocks blocks, or the "
+           "fewest whose attention mass reaches --tau"),
     number("hgca-beta", kLoads, kKv, "B", "1", 1e-6, 1e6, "threshold factor of --sparse hgca"),
     integer("topk-blocks", kLoads, kKv, "K", "16", 0, 1 << 24,
             "host blocks per KV head under --sparse topk"),
+    number("tau", kLoads, kKv, "T", "0.9", 1e-6, 1,
+           "--sparse tau: the share of the host entries' attention mass (over the query heads of "
+           "a KV group) the selected entries reach (HCAttention Eq. 4)"),
     choice("cpu-attn", kLoads, kKv, "parallel|ahead|ahead-oracle", "ahead",
            "start of the host attention: with the layer's true query (parallel), one layer early "
            "with a predicted one (ahead), or ahead fed the true query (ahead-oracle, a diagnosis "

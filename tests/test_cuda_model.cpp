@@ -156,7 +156,8 @@ TEST_CASE("hybrid decode on the CUDA backend: the GPU waits for the host partial
   auto on_cpu = Model::load(ref.model, *cpu);
   auto on_gpu = Model::load(ref.model, *gpu);
   const int64_t n_layer = on_gpu->config().n_layer;
-  for (SparsePolicy p : {SparsePolicy::kFull, SparsePolicy::kHgca, SparsePolicy::kTopk})
+  for (SparsePolicy p :
+       {SparsePolicy::kFull, SparsePolicy::kHgca, SparsePolicy::kTopk, SparsePolicy::kTau})
     for (CpuAttnMode m : {CpuAttnMode::kAhead, CpuAttnMode::kParallel}) {
       const KvConfig cfg = small_hybrid(8, p, m);
       DYNAMIC_SECTION(policy_name(p) << " " << mode_name(m)) {

@@ -131,7 +131,8 @@ TEST_CASE("forward on the fake device equals the CPU backend bit for bit", "[pla
           {"full window 6", small_hybrid(6, SparsePolicy::kFull, CpuAttnMode::kParallel), 5},
           {"full window 64", small_hybrid(64, SparsePolicy::kFull, CpuAttnMode::kParallel), 12},
       };
-      for (SparsePolicy p : {SparsePolicy::kFull, SparsePolicy::kHgca, SparsePolicy::kTopk})
+      for (SparsePolicy p :
+           {SparsePolicy::kFull, SparsePolicy::kHgca, SparsePolicy::kTopk, SparsePolicy::kTau})
         for (CpuAttnMode m : {CpuAttnMode::kParallel, CpuAttnMode::kAhead})
           cases.push_back({std::string(policy_name(p)) + " " + std::string(mode_name(m)),
                            small_hybrid(8, p, m), 12});

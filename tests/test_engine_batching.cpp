@@ -241,7 +241,7 @@ TEST_CASE("llama-tiny: batched, chunked and preempted runs equal solo runs", "[e
 TEST_CASE("sparse policies and layer-ahead host attention serve every request", "[engine]") {
   Setup s;
   const auto prompts = story_prompts();
-  for (const SparsePolicy policy : {SparsePolicy::kHgca, SparsePolicy::kTopk}) {
+  for (const SparsePolicy policy : {SparsePolicy::kHgca, SparsePolicy::kTopk, SparsePolicy::kTau}) {
     KvConfig kv = hybrid_config();
     kv.sparse = policy;
     kv.cpu_attn = CpuAttnMode::kAhead;

@@ -90,7 +90,7 @@ TEST_CASE("sparse policies attend a subset and stay close to dense", "[hybrid][s
   auto backend = make_cpu_backend();
   const ReferenceLogits ref = ReferenceLogits::load("tandem-demo");
   auto model = Model::load(ref.model, *backend);
-  for (SparsePolicy p : {SparsePolicy::kHgca, SparsePolicy::kTopk}) {
+  for (SparsePolicy p : {SparsePolicy::kHgca, SparsePolicy::kTopk, SparsePolicy::kTau}) {
     HostStats st;
     run_sequence(*model, small_hybrid(8, p, CpuAttnMode::kParallel), ref.prompt, ref.decode, 12,
                  &st);

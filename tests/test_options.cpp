@@ -254,7 +254,7 @@ TEST_CASE("a config file is read by the table; the command line wins", "[options
   CHECK_THAT(err({{"port", 1e9}}), Contains("x.json: --port"));
   CHECK_THAT(err({{"port", true}}), Contains("x.json: \"port\" must be a string or a number"));
   CHECK_THAT(err({{"dense", "yes"}}), Contains("\"dense\" must be true or false"));
-  CHECK_THAT(err({{"sparse", "most"}}), Contains("--sparse must be full, hgca or topk"));
+  CHECK_THAT(err({{"sparse", "most"}}), Contains("--sparse must be full, hgca, topk or tau"));
   CHECK_THAT(err(json::array({1})), Contains("must be a JSON object"));
 
   // Through the command line: defaults < file < command line.

@@ -147,3 +147,60 @@ TEST_CASE("hgca selects exactly the entries above the threshold", "[selection]")
       CHECK(rows == static_cast<int64_t>(want.size()));
     }
 }
+
+TEST_CASE("tau selects the fewest entries whose attention mass reaches tau (float64 reference)",
+          "[selection][tau]") {
+  HostBlocksFixture f(45);  // 5 full blocks and a partial one
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  const float scale = 0.6f;
+  for (int trial = 0; trial < 4; ++trial)
+    for (float tau : {0.3f, 0.5f, 0.9f, 0.99f, 1.0f})
+      for (int32_t g = 0; g < f.kHkv; ++g) {
+        std::vector<float> q(static_cast<size_t>(f.kG * f.kD));
+        for (float& x : q) x = nd(f.rng);
+        // The reference: float64 softmax of each query head over every host entry, averaged.
+        std::vector<std::pair<double, int32_t>> mass;  // (mass, position)
+        std::vector<double> m(45, 0.0);
+        for (int32_t h = 0; h < f.kG; ++h) {
+          std::vector<double> z(45);
+          double top = -1e300, sum = 0;
+          for (int32_t p = 0; p < 45; ++p) {
+            const float* k = f.key(f.table.host[static_cast<size_t>(p / 8)], g, p % 8);
+            double dot = 0;
+            for (int32_t c = 0; c < f.kD; ++c) dot += double(q[h * f.kD + c]) * k[c];
+            z[p] = scale * dot;
+            top = std::max(top, z[p]);
+          }
+          for (double v : z) sum += std::exp(v - top);
+          for (int32_t p = 0; p < 45; ++p) m[p] += std::exp(z[p] - top) / sum / f.kG;
+        }
+        for (int32_t p = 0; p < 45; ++p) mass.emplace_back(m[p], p);
+        std::sort(mass.begin(), mass.end(),
+                  [](const auto& a, const auto& b) { return a.first > b.first; });
+        std::vector<int32_t> want;
+        double acc = 0;
+        for (const auto& [w, p] : mass) {
+          if (acc >= tau) break;
+          acc += w;
+          want.push_back(p);
+        }
+        std::sort(want.begin(), want.end());
+        std::vector<HostBlockRef> refs;
+        std::vector<int32_t> idx;
+        idx.reserve(64);
+        const int64_t rows = select_tau(HostHead{f.table.host, f.table.host_tokens, f.blocks, g},
+                                        q.data(), f.kG, scale, tau, refs, idx);
+        std::vector<int32_t> got;
+        for (const HostBlockRef& r : refs) {
+          REQUIRE(r.idx != nullptr);
+          for (size_t j = 0; j < f.table.host.size(); ++j)
+            if (r.k == f.key(f.table.host[j], g, 0))
+              for (int32_t i = 0; i < r.n_idx; ++i)
+                got.push_back(static_cast<int32_t>(j) * 8 + r.idx[i]);
+        }
+        INFO("tau " << tau << " head " << g);
+        CHECK(got == want);
+        CHECK(rows == static_cast<int64_t>(want.size()));
+        if (tau == 1.0f) CHECK(rows >= 44);  // all, but for rounding of the last sliver
+      }
+}

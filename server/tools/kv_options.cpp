@@ -14,9 +14,11 @@ KvConfig kv_config_of(const Options& o) {
   c.block = static_cast<int32_t>(o.integer("block"));
   c.sparse = o.pick<SparsePolicy>("sparse", {{"full", SparsePolicy::kFull},
                                              {"hgca", SparsePolicy::kHgca},
-                                             {"topk", SparsePolicy::kTopk}});
+                                             {"topk", SparsePolicy::kTopk},
+                                             {"tau", SparsePolicy::kTau}});
   c.hgca_beta = static_cast<float>(o.number("hgca-beta"));
   c.topk_blocks = static_cast<int32_t>(o.integer("topk-blocks"));
+  c.tau = static_cast<float>(o.number("tau"));
   c.cpu_attn = o.pick<CpuAttnMode>("cpu-attn", {{"parallel", CpuAttnMode::kParallel},
                                                 {"ahead", CpuAttnMode::kAhead},
                                                 {"ahead-oracle", CpuAttnMode::kAheadOracle}});
