@@ -55,13 +55,16 @@ void HybridRunner::stage_moves(Backend& be, LayerJob& job) {
   const BlockLayout& lay = sh_.blocks.layout;
   const int64_t es = dtype_size(lay.dtype);
   const int64_t elems = 2 * lay.dev_kv_bytes() / es;  // a block's K then V
-  const int64_t n = static_cast<int64_t>(job.moves.size());
+  const int64_t n = static_cast<int64_t>(std::count_if(
+      job.moves.begin(), job.moves.end(), [](const LayerJob::Move& m) { return !m.shared; }));
+  if (n == 0) return;  // every block's rows are in the prefix cache already
   TANDEM_CHECK(evict_used_ + n <= evict_slots_, "eviction staging of ", evict_slots_,
                " blocks overflows: the plan counted fewer evictions");
   // Every evicted block of the layer in one gather (the pool is one chunk: block id starts
   // id * block_bytes after block 0), into consecutive staging slots.
   gather_offsets_.clear();
   for (LayerJob::Move& m : job.moves) {
+    if (m.shared) continue;
     m.staged = evict_used_ + static_cast<int64_t>(gather_offsets_.size());
     gather_offsets_.push_back(m.dev_id * (sh_.blocks.device.block_bytes() / es));
   }
@@ -104,7 +107,9 @@ void HybridRunner::run_job(int32_t layer) {
   }
   const int64_t kv_bytes = bk.layout.dev_kv_bytes();
   for (const LayerJob::Move& m : j.work.moves) {
-    if (m.staged >= 0) {
+    if (m.shared) {
+      m.kv->move_maw(m.maw, sh_.rows.host_side() ? bk.dev_maw(m.dev_id) : nullptr);
+    } else if (m.staged >= 0) {
       const uint8_t* kb = evict_stage_.as<uint8_t>() + m.staged * 2 * kv_bytes;
       m.kv->move_rows(m.host_id, m.maw, kb, kb + kv_bytes, nullptr);
     } else {

@@ -142,6 +142,13 @@ void HybridKv::move_rows(int32_t host_id, float* maw_block, const uint8_t* k, co
   }
 }
 
+void HybridKv::move_maw(float* maw_block, const float* maw) const {
+  const int32_t b = shared_.geo.block, hkv = shared_.shape.n_head_kv;
+  for (int32_t t = 0; t < b; ++t)
+    for (int32_t g = 0; g < hkv; ++g)
+      maw_block[int64_t{g} * b + t] = maw != nullptr ? maw[int64_t{t} * hkv + g] : 0.0f;
+}
+
 void HybridKv::evict_oldest(LayerTable& l, LayerJob* job) {
   const int32_t b = shared_.geo.block;
   TANDEM_CHECK(!l.window.empty() && l.window_tokens >= b, "evict from a short window");
@@ -149,10 +156,23 @@ void HybridKv::evict_oldest(LayerTable& l, LayerJob* job) {
   TANDEM_CHECK(l.host_tokens % b == 0, "evict after a partial host block");
   const BlockAccess& bk = shared_.blocks;
   const int32_t id = l.window.front();
-  const int32_t host_id = new_host_block(l);
+  // A chunk whose copy this sequence published to (or adopted from) the prefix cache takes the
+  // cache's host block, the same bytes: only its MAW values move.
+  const size_t chunk = l.host.size();
+  PrefixCache::Entry* e = chunk < entry_of_.size() ? entry_of_[chunk] : nullptr;
+  int32_t host_id = -1;
+  if (e != nullptr) {
+    host_id = e->host[static_cast<size_t>(&l - layers_.data())];
+    l.host.push_back(host_id);
+    l.maw.push_back(std::make_unique<float[]>(static_cast<size_t>(bk.layout.maw_floats())));
+  } else {
+    host_id = new_host_block(l);
+  }
   float* maw_block = l.maw.back().get();
   if (job != nullptr) {
-    job->moves.push_back(LayerJob::Move{this, id, host_id, maw_block, -1});
+    job->moves.push_back(LayerJob::Move{this, id, host_id, maw_block, -1, e != nullptr});
+  } else if (e != nullptr) {
+    move_maw(maw_block, shared_.rows.host_side() ? bk.dev_maw(id) : nullptr);
   } else {
     const uint8_t *k = nullptr, *v = nullptr;
     // From the host side of the block where there is one (no device read), else downloaded once.

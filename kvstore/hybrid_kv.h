@@ -35,6 +35,7 @@ struct LayerJob {
     float* maw;           // the host block's MAW values (the sequence's)
     int64_t staged = -1;  // slot of the eviction staging the device copies it into; -1: the
                           // host side of the block (its mirror)
+    bool shared = false;  // host_id is a prefix-cache entry's copy of the rows: MAW values only
   };
   struct Put {  // a new row into the host side (mirror) of a device block
     HybridKv* kv;
@@ -141,6 +142,8 @@ class HybridKv final : public SequenceKv {
   // empty host block host_id: transposed to the host layout, with the digest.
   void move_rows(int32_t host_id, float* maw_block, const uint8_t* k, const uint8_t* v,
                  const float* maw);
+  // A block's MAW values (device layout [b, Hkv], or null: 0) into a host block's [Hkv, b].
+  void move_maw(float* maw_block, const float* maw) const;
   // The last queries of a prompt chunk (q [n, Hq, d], lse [n, Hq], host) seed the MAW of every
   // token of the layer, the chunk's included (call after store).
   void observe_prompt(int32_t layer, const float* q, const float* lse, int64_t n);

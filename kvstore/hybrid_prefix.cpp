@@ -58,9 +58,11 @@ void HybridKv::adopt(std::span<PrefixCache::Entry* const> chain) {
     store(layer, src, 0, dev_rows, nullptr);  // positions 0 ..: the sinks, then the window
     shared_.rows.flush();                     // before k and v are refilled for the next layer
   }
-  for (int32_t j = 0; j < nh; ++j) {
-    cache->ref(chain[static_cast<size_t>(j)]);
-    entry_of_.push_back(chain[static_cast<size_t>(j)]);
+  // Every adopted chunk is referenced: the shared host ones, and those copied into the window,
+  // whose blocks become the entries' ones when they leave it.
+  for (PrefixCache::Entry* e : chain) {
+    cache->ref(e);
+    entry_of_.push_back(e);
   }
   length_ = total;
 }
@@ -85,8 +87,8 @@ bool HybridKv::chunk_to_host(int32_t j, std::vector<int32_t>& ids) {
   const int32_t b = shared_.geo.block;
   ids.assign(layers_.size(), -1);
   const bool on_host = static_cast<size_t>(j) < layers_[0].host.size();
-  TANDEM_CHECK(!on_host || static_cast<size_t>(j) >= entry_of_.size() || entry_of_[j] == nullptr,
-               "a shared chunk missing from the cache");
+  TANDEM_CHECK(static_cast<size_t>(j) >= entry_of_.size() || entry_of_[j] == nullptr,
+               "a referenced chunk missing from the cache");
   if (!on_host) {  // a window block: copied into a new host block per layer
     shared_.cache->make_room(static_cast<int64_t>(layers_.size()));
     if (bk.host.free_within_limit() < static_cast<int64_t>(layers_.size())) return false;
@@ -128,15 +130,15 @@ void HybridKv::publish(std::span<const int32_t> tokens) {
     PrefixCache::Entry* e = cache->find(h, parent, tokens, j);
     if (e == nullptr) {
       if (cache->find_hash(h)) break;  // a collision with another prefix: cache no further
-      const bool on_host = static_cast<size_t>(j) < layers_[0].host.size();
       if (!chunk_to_host(j, ids)) break;
       e = cache->insert(h, parent, tokens, j, std::move(ids),
                         j == 0 ? sink_rows() : std::vector<uint8_t>());
-      if (on_host) {  // the block is the entry's now; this sequence shares it
-        if (entry_of_.size() <= static_cast<size_t>(j)) entry_of_.resize(j + 1, nullptr);
-        entry_of_[static_cast<size_t>(j)] = e;
-        cache->ref(e);
-      }
+      // On the host the block is the entry's now and this sequence shares it; in the window
+      // the entry holds a copy of the same bytes, which the block becomes when it leaves the
+      // window (evict_oldest). Either way the sequence references the entry.
+      if (entry_of_.size() <= static_cast<size_t>(j)) entry_of_.resize(j + 1, nullptr);
+      entry_of_[static_cast<size_t>(j)] = e;
+      cache->ref(e);
     }
     cache->ref(e);
     walk.push_back(e);
