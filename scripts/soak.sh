@@ -6,7 +6,8 @@
 # samples and the verdict) and .png (memory over time) through scripts/soak_report.py.
 #   scripts/soak.sh [--minutes M] [--concurrency C] [--model DIR] [--out PREFIX]
 #                   [--sample-seconds S] [--rss-bound-mb MB] [--bench "BENCH_FLAGS"] [-- SERVE_FLAGS]
-# --bench replaces the prompt flags of the load (e.g. a prefix_repetition dataset); with
+# --bench replaces the prompt flags of the load (e.g. a prefix_repetition dataset; a --timeout
+# there overrides the 120 s per request, for loads that queue long prompts); with
 # --rss-bound-mb the verdict also needs every memory sample under it. After the load the server's
 # /metrics is saved as PREFIX.metrics.txt: every KV block must be free or cached (no leak).
 # Defaults: 60 minutes, concurrency 64, ../shared/models/tinystories-656k, the build in build/
@@ -68,8 +69,8 @@ echo "soak.sh: server pid $pid on port $port; $minutes min at concurrency $concu
 
 "$bin" bench --base-url "http://127.0.0.1:$port" --model "$model" \
   --soak-seconds "$((minutes * 60))" --soak-pid "$pid" --max-concurrency "$concurrency" \
-  --sample-interval "$sample_seconds" $bench_flags \
-  --timeout 120 --save-result "$out.json" >/dev/null || true
+  --sample-interval "$sample_seconds" --timeout 120 $bench_flags \
+  --save-result "$out.json" >/dev/null || true
 
 # What the KV pools hold once the load is over (the engine idle): free or cached, nothing leaked.
 metrics_ok=1
