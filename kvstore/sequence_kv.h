@@ -19,6 +19,11 @@ struct HostStats {
   int64_t host_entries = 0;   // host tokens x KV heads that decode steps could attend
   int64_t attended = 0;       // of which the policy selected
   int64_t decode_layers = 0;  // (layer, sequence) decode attentions
+  // The share of the host entries the policy attended (0 without any).
+  double attended_fraction() const {
+    return host_entries > 0 ? static_cast<double>(attended) / static_cast<double>(host_entries)
+                            : 0.0;
+  }
 };
 
 class SequenceKv {

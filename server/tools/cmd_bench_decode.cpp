@@ -314,10 +314,7 @@ int cmd_bench_decode(const Options& f) {
           {"decode_tokens_per_s_median", batch / (ms_median * 1e-3)},
           {"host_wait_ms_per_step", wait_ms},
           {"cpu_attn_busy_ms_per_step", busy_ms},
-          {"host_fraction_attended",
-           host.host_entries > 0
-               ? static_cast<double>(host.attended) / static_cast<double>(host.host_entries)
-               : 0.0},
+          {"host_fraction_attended", host.attended_fraction()},
           {"weight_bytes_per_step", step_bytes},
           {"weight_bytes_per_token", step_bytes / static_cast<double>(batch)},
           {"weight_read_gbs", step_bytes / (ms_step * 1e-3) / 1e9},

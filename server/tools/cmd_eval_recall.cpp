@@ -146,9 +146,7 @@ int cmd_eval_recall(const Options& f) {
       {"accuracy", static_cast<double>(correct) / static_cast<double>(samples.size())},
       {"by_context", jx},
       {"cells", jc},
-      {"host_fraction_attended", host.host_entries > 0 ? static_cast<double>(host.attended) /
-                                                             static_cast<double>(host.host_entries)
-                                                       : 0.0},
+      {"host_fraction_attended", host.attended_fraction()},
       {"seconds", seconds}};
   std::printf("%s\n", j.dump().c_str());
   return 0;

@@ -88,9 +88,7 @@ int cmd_perplexity(const Options& f) {
       {"ctx", ctx},
       {"prefill", prefill},
       {"segments", segments},
-      {"host_fraction_attended", host.host_entries > 0 ? static_cast<double>(host.attended) /
-                                                             static_cast<double>(host.host_entries)
-                                                       : 0.0},
+      {"host_fraction_attended", host.attended_fraction()},
       {"seconds", seconds}};
   std::printf("%s\n", j.dump().c_str());
   return 0;
