@@ -10,6 +10,9 @@ Usage (Debian's python3-torch; paths are relative to the repository root):
     # tandem-long: initialised from tandem-demo, continued on 4096-token windows
     /usr/bin/python3 scripts/train_model.py --preset long --steps 56 --skip-generated \
         --init-from models/tandem-demo --out models/tandem-long --work /work/train/long
+    # tandem-recall: tandem-long fine-tuned on passkey retrieval up to 4096 tokens
+    /usr/bin/python3 scripts/train_model.py --preset recall --steps N --skip-generated \
+        --init-from models/tandem-long --out models/tandem-recall --work /work/train/recall
 
 The model cards give the exact commands and step counts of the committed models.  Debian's
 python3-torch multiplies matrices with the reference (netlib) BLAS, about 3 GFLOP/s on two
@@ -36,11 +39,17 @@ the finished training steps are reused from <work>):
    256-token windows for the first 75% of the steps, then full 1024-token ones.
    Checkpoints (model + optimiser + step + RNG states) go to <work>/ckpt.pt every
    --save-every steps; --resume continues from there.
+   The recall preset trains instead on passkey prompts (train_model/recall.py): Python filler
+   from the training stream with a passkey comment at a random depth and a question at the end,
+   context lengths from a curriculum (short first), seeded by (--seed, step).
 4. Export: config.json, model.safetensors (F32), tokenizer.json, tokenizer_config.json
    (ChatML template), generation_config.json, and the C++ test fixture
    tests/fixtures/trained/<name>.json (float64 logits of the saved weights for a held-out
    snippet + token ids of held-out strings).
-5. Evaluation (eval mode, float32): held-out perplexity, written to <out>/eval.json.
+5. Evaluation (eval mode, float32): held-out perplexity, written to <out>/eval.json; for the
+   recall preset dense greedy passkey accuracy by context length and depth on held-out filler
+   (<out>/eval.json) and the replayable prompts <out>/recall-eval.jsonl (the C++ fixture of
+   step 4 is written for demo and long only).
 
 The stages live in the package scripts/train_model/ beside this entry (corpus, tokenizer, model,
 data pipeline, training loop, export, evaluation); this file parses the arguments and runs them.
@@ -55,12 +64,13 @@ import numpy as np
 import torch
 
 from train_model.corpus import corpus_files, is_heldout, read_text
-from train_model.data import load_or_build_corpus, make_stream
+from train_model.data import load_or_build_corpus, make_heldout_stream, make_stream
 from train_model.evaluate import evaluate
 from train_model.export import export_checkpoint, write_fixture
 from train_model.hf_format import hf_name, tokenizer_json
 from train_model.log import log
 from train_model.model import Llama
+from train_model.recall import PasskeyTask, evaluate_recall
 from train_model.safetensors_io import read_safetensors
 from train_model.settings import CORPUS_ROOT, PRESETS
 from train_model.tokenizer import Bpe, train_bpe
@@ -87,11 +97,23 @@ def main():
     ap.add_argument("--lr", type=float, help="peak learning rate (preset default)")
     ap.add_argument("--skip-generated", action="store_true",
                     help="train without generated tables (see is_generated)")
+    ap.add_argument("--eval-n", type=int, help="recall preset: prompts per cell (preset default)")
+    ap.add_argument("--curriculum",
+                    help="recall preset: phases as frac:context:prompts,... (preset default)")
+    ap.add_argument("--no-eval", action="store_true",
+                    help="stop after the export (a later --resume --stop-at <step> evaluates)")
+    ap.add_argument("--no-ppl", action="store_true",
+                    help="recall preset: skip the held-out perplexity after the recall evaluation")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     c = dict(PRESETS[args.preset])
     c.update({k: getattr(args, k) for k in ("batch", "lr") if getattr(args, k) is not None})
+    if args.eval_n is not None:
+        c["eval_n"] = args.eval_n
+    if args.curriculum:
+        c["curriculum"] = [(float(f), int(n), int(b)) for f, n, b in
+                           (p.split(":") for p in args.curriculum.split(","))]
     name = os.path.basename(os.path.normpath(args.out))
     os.makedirs(args.work, exist_ok=True)
     os.makedirs(args.out, exist_ok=True)
@@ -133,14 +155,25 @@ def main():
         model.load_state_dict({ours[k]: v for k, v in t.items()})
     model.to(args.device)
     log(f"{sum(p.numel() for p in model.parameters())} parameters")
-    seen, spent = train(args, c, model, stream)
+    recall = args.preset == "recall"
+    seen, spent = train(args, c, model, stream, PasskeyTask(bpe, stream) if recall else None)
     model.cpu()
 
     # Export the Hugging Face checkpoint.
     export_checkpoint(args, c, model, tj)
-    write_fixture(args, c, name, bpe, files, all_ids, offsets)
+    if not recall:
+        write_fixture(args, c, name, bpe, files, all_ids, offsets)
+    if args.no_eval:
+        log("exported")
+        return 0
     log("exported; evaluating")
-    res = evaluate(args, c, model, bpe, files, all_ids, offsets)
+    if recall:
+        held = make_heldout_stream(files, all_ids, offsets, args.skip_generated)
+        res = evaluate_recall(args, c, model, PasskeyTask(bpe, held), log)
+        if not args.no_ppl:
+            res["perplexity"] = evaluate(args, c, model, bpe, files, all_ids, offsets)
+    else:
+        res = evaluate(args, c, model, bpe, files, all_ids, offsets)
     res.update(steps=args.steps, tokens_seen=seen, train_seconds=round(spent, 1),
                params=sum(p.numel() for p in model.parameters()))
     with open(os.path.join(args.out, "eval.json"), "w") as f:

@@ -44,3 +44,12 @@ def make_stream(files, all_ids, offsets, seed, skip_generated):
         parts.append(np.array([BOS], dtype=np.uint16))
         parts.append(file_ids(all_ids, offsets, i))
     return torch.from_numpy(np.concatenate(parts).astype(np.int64))
+
+
+def make_heldout_stream(files, all_ids, offsets, skip_generated):
+    """The held-out files in path order, each prefixed by <|endoftext|> (recall filler)."""
+    parts = []
+    for i, f in enumerate(files):
+        if is_heldout(f) and not (skip_generated and is_generated(f)):
+            parts += [np.array([BOS], dtype=np.uint16), file_ids(all_ids, offsets, i)]
+    return torch.from_numpy(np.concatenate(parts).astype(np.int64))

@@ -20,4 +20,19 @@ PRESETS = {
     "long": dict(hidden=256, layers=6, heads=8, kv_heads=4, ffn=704, vocab=4096,
                  max_pos=4096, rope_theta=10000.0, seq=4096, batch=1, lr=5e-4,
                  warmup=3, min_lr_frac=0.1, short_seq=4096, short_frac=0.0),
+    # Same shape, fine-tuned on passkey retrieval (train_model/recall.py).  curriculum:
+    # (fraction of the steps at which a phase starts, context length, prompts per step), short
+    # contexts first: a 4096-token prompt costs ~10x a 512 one on the CPU, and copying is found
+    # first where the needle is near.  The loss is the LM loss of every token plus
+    # answer_weight x the answer's loss.  Evaluation: eval_n held-out prompts per (context,
+    # depth) cell from eval_seed, the first jsonl_n of each cell written for the C++ side
+    # (recall-eval.jsonl).
+    "recall": dict(hidden=256, layers=6, heads=8, kv_heads=4, ffn=704, vocab=4096,
+                   max_pos=4096, rope_theta=10000.0, seq=4096, batch=1, lr=1.5e-3,
+                   warmup=10, min_lr_frac=0.1, answer_weight=5.0,
+                   curriculum=[(0.0, 128, 16), (0.3, 256, 8), (0.5, 512, 4), (0.7, 1024, 2),
+                               (0.85, 2048, 1), (0.95, 4096, 1)],
+                   eval_contexts=[512, 1024, 2048, 4096],
+                   eval_depths=[0.0, 0.25, 0.5, 0.75, 1.0],
+                   eval_n=50, eval_seed=20261126, jsonl_n=8),
 }

@@ -1,14 +1,17 @@
 """The training loop: AdamW, warmup + cosine decay, seeded random windows of the stream, short
-windows first; checkpoints (model, optimiser, step, RNG state) for --resume.
+windows first (or, for the recall preset, passkey prompts from a curriculum of context lengths);
+checkpoints (model, optimiser, step, RNG state) for --resume.
 """
 import math
 import os
 import time
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
 from .log import log
+from .recall import phase_at, recall_loss
 
 
 def lr_at(step, c, steps):
@@ -18,7 +21,24 @@ def lr_at(step, c, steps):
     return c["lr"] * (c["min_lr_frac"] + (1 - c["min_lr_frac"]) * 0.5 * (1 + math.cos(math.pi * t)))
 
 
-def train(args, c, model, stream):
+def lm_batch(args, c, stream, step, gen):
+    """Language-model windows at seeded random offsets of the stream: (inputs, targets)."""
+    seq = c["short_seq"] if step < c["short_frac"] * args.steps else c["seq"]
+    batch = c["batch"] * c["seq"] // seq
+    starts = torch.randint(0, len(stream) - seq - 1, (batch,), generator=gen)
+    win = torch.stack([stream[s:s + seq + 1] for s in starts.tolist()])
+    return win[:, :-1], win[:, 1:]
+
+
+def recall_batch(args, c, task, step):
+    """Passkey prompts of the step's curriculum length; a function of (seed, step) alone, so a
+    resumed run sees the same batches.  Returns (inputs, targets, answer mask)."""
+    n_ctx, batch = phase_at(step, args.steps, c["curriculum"])
+    return task.batch(np.random.default_rng([args.seed, step]), n_ctx, batch)
+
+
+def train(args, c, model, stream, task=None):
+    """Trains on LM windows of stream, or on task's passkey prompts when task is given."""
     ckpt = os.path.join(args.work, "ckpt.pt")
     decay = [p for n, p in model.named_parameters() if not n.endswith("norm.weight")]
     keep = [p for n, p in model.named_parameters() if n.endswith("norm.weight")]
@@ -43,27 +63,31 @@ def train(args, c, model, stream):
     model.train()
     t0 = time.time()
     while step < min(args.steps, args.stop_at or args.steps):
-        seq = c["short_seq"] if step < c["short_frac"] * args.steps else c["seq"]
-        batch = c["batch"] * c["seq"] // seq
-        starts = torch.randint(0, len(stream) - seq - 1, (batch,), generator=gen)
-        win = torch.stack([stream[s:s + seq + 1] for s in starts.tolist()]).to(args.device)
         for g in opt.param_groups:
             g["lr"] = lr_at(step, c, args.steps)
-        logits = model(win[:, :-1])
-        loss = F.cross_entropy(logits.reshape(-1, c["vocab"]), win[:, 1:].reshape(-1))
+        if task is None:
+            x, tgt = lm_batch(args, c, stream, step, gen)
+            logits = model(x.to(args.device))
+            loss = F.cross_entropy(logits.reshape(-1, c["vocab"]), tgt.to(args.device).reshape(-1))
+            extra = ""
+        else:
+            x, tgt, ans = recall_batch(args, c, task, step)
+            loss, ans_loss = recall_loss(model(x.to(args.device)), tgt.to(args.device),
+                                         ans.to(args.device), c["answer_weight"])
+            extra = f" answer loss {ans_loss.item():.4f} ctx {x.shape[1] + 1}x{x.shape[0]}"
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         step += 1
-        seen += c["batch"] * c["seq"]
+        seen += x.numel()
         now = time.time()
         spent += now - t0
         t0 = now
         if step % 10 == 0 or step == 1:
             lr = lr_at(step - 1, c, args.steps)
             log(f"step {step}/{args.steps} loss {loss.item():.4f} lr {lr:.2e}"
-                f" tokens {seen} {seen / spent:.0f} tok/s elapsed {spent / 60:.1f} min")
+                f" tokens {seen} {seen / spent:.0f} tok/s elapsed {spent / 60:.1f} min{extra}")
         if step % args.save_every == 0 or step in (args.steps, args.stop_at):
             save()
     return seen, spent
