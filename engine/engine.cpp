@@ -255,7 +255,7 @@ FinishReason Engine::advance(Sequence& seq, const float* logits, int32_t tok) {
     ev.finish = reason;
     ev.prompt_tokens = seq.prompt_len();
     ev.completion_tokens = seq.generated();
-    ev.cached = std::max(0, seq.cached_tokens);
+    ev.cached = seq.cached();
   }
   seq.stream->push(std::move(ev));
   return reason;
@@ -267,7 +267,7 @@ void Engine::fail(Sequence* seq, FinishReason reason, const std::string& error) 
   ev.error = error;
   ev.prompt_tokens = seq->prompt_len();
   ev.completion_tokens = seq->generated();
-  ev.cached = std::max(0, seq->cached_tokens);
+  ev.cached = seq->cached();
   seq->stream->push(std::move(ev));
   retire(seq, reason);
 }

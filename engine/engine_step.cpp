@@ -219,7 +219,7 @@ void Engine::postprocess(const Schedule& work, StepOutput& out) {
       // chunk reports the whole prompt, before the event of the first token.
       TokenEvent ev;
       ev.processed = c.last() ? c.seq->prompt_len() : c.seq->computed();
-      ev.cached = std::max(0, c.seq->cached_tokens);
+      ev.cached = c.seq->cached();
       c.seq->stream->push(std::move(ev));
     }
     // A prompt's computed chunks become adoptable by sequences that share them (they wait for

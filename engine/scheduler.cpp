@@ -121,7 +121,6 @@ bool Scheduler::awaits_prefix(const Sequence& s) const {
     if (!r->prefilling() || r->prefill_end <= unit) continue;
     // The prefix both share, as far as r's prefill goes and s could adopt it (not its last).
     const int32_t n = std::min(r->prefill_end, s.size() - 1);
-    if (!std::equal(s.tokens.begin(), s.tokens.begin() + unit, r->tokens.begin())) continue;
     const auto [a, b] = std::mismatch(s.tokens.begin(), s.tokens.begin() + n, r->tokens.begin());
     const int32_t common = static_cast<int32_t>(a - s.tokens.begin());
     if (common >= unit && r->computed() < common) return true;

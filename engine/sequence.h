@@ -4,6 +4,7 @@
 // feeds its tokens to the model and turns its samples into TokenEvents.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -56,6 +57,7 @@ struct Sequence {
   const bool report_progress;
   // Prompt tokens the store had cached at the first admission (-1: not admitted yet).
   int32_t cached_tokens = -1;
+  int32_t cached() const { return std::max(0, cached_tokens); }  // as reported
   SequenceStatus status = SequenceStatus::kWaiting;
   std::vector<int32_t> tokens;
   int32_t prefill_end = 0;         // set on admission

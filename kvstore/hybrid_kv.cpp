@@ -42,11 +42,6 @@ void HybridKv::free_blocks() {
   length_ = 0;
 }
 
-int32_t HybridKv::shared_chunks() const {
-  return static_cast<int32_t>(
-      std::count_if(entry_of_.begin(), entry_of_.end(), [](auto* e) { return e != nullptr; }));
-}
-
 KvStepRunner* HybridKv::step_runner() const { return shared_.runner; }
 
 HostStats HybridKv::host_stats() const {
@@ -88,18 +83,28 @@ float HybridKv::maw_of(int32_t layer, int32_t pos, int32_t g) const {
 
 int32_t HybridKv::new_host_block(LayerTable& l) {
   const BlockAccess& bk = shared_.blocks;
-  const int64_t n = int64_t{shared_.shape.n_head_kv} * shared_.shape.head_dim;
   int32_t id = bk.host.alloc();
   if (id < 0 && shared_.cache != nullptr) {  // room made by evicting unreferenced cached chunks
     shared_.cache->make_room(1);
     id = bk.host.alloc();
   }
   TANDEM_REQUIRE(id >= 0, kOutOfMemory, "host KV pool exhausted (--kv-host-gib)");
+  clear_digest(id);
+  push_host(l, id);
+  return id;
+}
+
+void HybridKv::clear_digest(int32_t id) const {
+  const BlockAccess& bk = shared_.blocks;
+  const int64_t n = bk.row_elems();
   std::fill_n(bk.host_kmin(id), n, std::numeric_limits<float>::infinity());
   std::fill_n(bk.host_kmax(id), n, -std::numeric_limits<float>::infinity());
+}
+
+void HybridKv::push_host(LayerTable& l, int32_t id) const {
   l.host.push_back(id);
-  l.maw.push_back(std::make_unique<float[]>(static_cast<size_t>(bk.layout.maw_floats())));
-  return id;
+  l.maw.push_back(
+      std::make_unique<float[]>(static_cast<size_t>(shared_.blocks.layout.maw_floats())));
 }
 
 void HybridKv::write_host_row(int32_t id, float* maw_block, int32_t slot, const float* k_row,
@@ -163,8 +168,7 @@ void HybridKv::evict_oldest(LayerTable& l, LayerJob* job) {
   int32_t host_id = -1;
   if (e != nullptr) {
     host_id = e->host[static_cast<size_t>(&l - layers_.data())];
-    l.host.push_back(host_id);
-    l.maw.push_back(std::make_unique<float[]>(static_cast<size_t>(bk.layout.maw_floats())));
+    push_host(l, host_id);
   } else {
     host_id = new_host_block(l);
   }

@@ -120,8 +120,7 @@ class HybridKv final : public SequenceKv {
   // publish, then every block is given back: the sequence is empty afterwards. Not for a
   // sequence a failed step may have half written.
   void release(std::span<const int32_t> tokens);
-  // Host blocks per layer shared with the cache, and per host block its entry (null: own).
-  int32_t shared_chunks() const;
+  // Per chunk, the cache entry this sequence references (null: none; kvstore/prefix_cache.h).
   const std::vector<PrefixCache::Entry*>& entries() const { return entry_of_; }
 
   // ---- one layer of a step (called by the batch step) ----
@@ -154,6 +153,8 @@ class HybridKv final : public SequenceKv {
   void write_host_row(int32_t id, float* maw_block, int32_t slot, const float* k_row_heads,
                       const float* v_row_heads, const float* maw_heads);
   int32_t new_host_block(LayerTable& l);
+  void clear_digest(int32_t id) const;              // an empty digest for a new host block
+  void push_host(LayerTable& l, int32_t id) const;  // a host block at the end, MAW values 0
   void evict_oldest(LayerTable& l, LayerJob* job);
   // Chunk j of the sequence as a cache entry's host blocks (one per layer): its private host
   // blocks, or its window blocks copied into new ones; false when the host pool has no room.

@@ -27,10 +27,8 @@ void HybridKv::adopt(std::span<PrefixCache::Entry* const> chain) {
   std::vector<float> k(static_cast<size_t>(dev_rows * row)), v(k.size());
   for (int32_t layer = 0; layer < sh.n_layer; ++layer) {
     LayerTable& l = layers_[static_cast<size_t>(layer)];
-    for (int32_t j = 0; j < nh; ++j) {
-      l.host.push_back(chain[static_cast<size_t>(j)]->host[static_cast<size_t>(layer)]);
-      l.maw.push_back(std::make_unique<float[]>(static_cast<size_t>(bk.layout.maw_floats())));
-    }
+    for (int32_t j = 0; j < nh; ++j)
+      push_host(l, chain[static_cast<size_t>(j)]->host[static_cast<size_t>(layer)]);
     l.host_tokens = nh * b;
     if (dev_rows == 0) continue;
     // The device rows, f32 [dev_rows, Hkv, d]: the sinks (device layout in the entry), then
@@ -105,9 +103,7 @@ bool HybridKv::chunk_to_host(int32_t j, std::vector<int32_t>& ids) {
                  "chunk ", j, " is not a full window block");
     const int32_t id = bk.host.alloc();
     TANDEM_CHECK(id >= 0, "host pool without the room it reported");
-    const int64_t n = bk.row_elems();
-    std::fill_n(bk.host_kmin(id), n, std::numeric_limits<float>::infinity());
-    std::fill_n(bk.host_kmax(id), n, -std::numeric_limits<float>::infinity());
+    clear_digest(id);
     const uint8_t *k = nullptr, *v = nullptr;
     shared_.rows.read_block(l.window[w], b, k, v);
     move_rows(id, scratch_maw.data(), k, v, nullptr);  // the MAW values stay with nobody
@@ -117,10 +113,10 @@ bool HybridKv::chunk_to_host(int32_t j, std::vector<int32_t>& ids) {
 }
 
 void HybridKv::publish(std::span<const int32_t> tokens) {
-  PrefixCache* cache = shared_.cache;
-  if (cache == nullptr) return;
   TANDEM_CHECK(!shared_.runner->in_step(), "prefix cache changes during a step");
   shared_.runner->reap();  // host jobs of the last step finish writing the blocks first
+  PrefixCache* cache = shared_.cache;
+  if (cache == nullptr) return;
   const int32_t n = cache->chunks_of(std::min<int64_t>(length_, std::ssize(tokens)));
   std::vector<PrefixCache::Entry*> walk;  // referenced while the chain is built
   std::vector<int32_t> ids;
@@ -149,8 +145,7 @@ void HybridKv::publish(std::span<const int32_t> tokens) {
 }
 
 void HybridKv::release(std::span<const int32_t> tokens) {
-  publish(tokens);
-  shared_.runner->reap();
+  publish(tokens);  // which reaps the last step's host jobs first
   free_blocks();
 }
 
