@@ -100,6 +100,9 @@ def main():
     ap.add_argument("--eval-n", type=int, help="recall preset: prompts per cell (preset default)")
     ap.add_argument("--curriculum",
                     help="recall preset: phases as frac:context:prompts,... (preset default)")
+    ap.add_argument("--answer", choices=["digits", "word"],
+                    help="recall preset: the passkey, a five-digit number (3-5 tokens) or a "
+                         "one-token word (preset default)")
     ap.add_argument("--no-eval", action="store_true",
                     help="stop after the export (a later --resume --stop-at <step> evaluates)")
     ap.add_argument("--no-ppl", action="store_true",
@@ -111,6 +114,8 @@ def main():
     c.update({k: getattr(args, k) for k in ("batch", "lr") if getattr(args, k) is not None})
     if args.eval_n is not None:
         c["eval_n"] = args.eval_n
+    if args.answer is not None:
+        c["answer"] = args.answer
     if args.curriculum:
         c["curriculum"] = [(float(f), int(n), int(b)) for f, n, b in
                            (p.split(":") for p in args.curriculum.split(","))]
@@ -156,7 +161,7 @@ def main():
     model.to(args.device)
     log(f"{sum(p.numel() for p in model.parameters())} parameters")
     recall = args.preset == "recall"
-    seen, spent = train(args, c, model, stream, PasskeyTask(bpe, stream) if recall else None)
+    seen, spent = train(args, c, model, stream, PasskeyTask(bpe, stream, c["answer"]) if recall else None)
     model.cpu()
 
     # Export the Hugging Face checkpoint.
@@ -169,7 +174,7 @@ def main():
     log("exported; evaluating")
     if recall:
         held = make_heldout_stream(files, all_ids, offsets, args.skip_generated)
-        res = evaluate_recall(args, c, model, PasskeyTask(bpe, held), log)
+        res = evaluate_recall(args, c, model, PasskeyTask(bpe, held, c["answer"]), log)
         if not args.no_ppl:
             res["perplexity"] = evaluate(args, c, model, bpe, files, all_ids, offsets)
     else:

@@ -18,6 +18,7 @@ seeded generator only.
 import json
 import math
 import os
+import re
 
 import numpy as np
 import torch
@@ -48,18 +49,41 @@ class Decoder:
         return b"".join(self.bytes[i] for i in ids).decode("utf-8", errors="replace")
 
 
+def word_keys(bpe):
+    """The one-token passkeys of answer="word": lower-case words of 4+ letters that are a single
+    token after a space, and stay that token inside the needle and as the answer, sorted."""
+    out = []
+    for tok, i in bpe.vocab.items():
+        if not re.fullmatch("\u0120[a-z]{4,}", tok):
+            continue
+        w = tok[1:]
+        if bpe.encode(" " + w) == [i] and i in bpe.encode(needle(w)):
+            out.append(w)
+    return sorted(out)
+
+
 class PasskeyTask:
-    def __init__(self, bpe, stream):
-        """stream: int64 tensor of token ids the filler is cut from."""
+    def __init__(self, bpe, stream, answer="digits"):
+        """stream: int64 tensor of token ids the filler is cut from.  answer: "digits" (a
+        five-digit number, 3-5 tokens) or "word" (one token of word_keys)."""
         self.bpe = bpe
         self.stream = stream.numpy() if torch.is_tensor(stream) else np.asarray(stream)
         self.decode = Decoder(bpe.vocab)
         self.n_fixed = 1 + len(bpe.encode(needle(10000) + QUESTION))
+        self.answer = answer
+        self.words = word_keys(bpe) if answer == "word" else None
+        if answer not in ("digits", "word"):
+            raise ValueError(f"answer must be digits or word, not {answer!r}")
+
+    def key(self, rng):
+        if self.words is not None:
+            return self.words[int(rng.integers(len(self.words)))]
+        return int(rng.integers(10000, 100000))
 
     def sample(self, rng, n_ctx, depth):
         """One prompt of n_ctx - len(answer) tokens.  Returns a dict with prompt_ids,
         answer_ids, prompt, answer, the needle's first token index and the depth asked."""
-        key = int(rng.integers(10000, 100000))
+        key = self.key(rng)
         answer = f" {key}"
         answer_ids = self.bpe.encode(answer)
         want = n_ctx - len(answer_ids)

@@ -29,7 +29,7 @@ PRESETS = {
     # (recall-eval.jsonl).
     "recall": dict(hidden=256, layers=6, heads=8, kv_heads=4, ffn=704, vocab=4096,
                    max_pos=4096, rope_theta=10000.0, seq=4096, batch=1, lr=1.5e-3,
-                   warmup=10, min_lr_frac=0.1, answer_weight=5.0,
+                   warmup=10, min_lr_frac=0.1, answer_weight=5.0, answer="digits",
                    curriculum=[(0.0, 128, 16), (0.3, 256, 8), (0.5, 512, 4), (0.7, 1024, 2),
                                (0.85, 2048, 1), (0.95, 4096, 1)],
                    eval_contexts=[512, 1024, 2048, 4096],
