@@ -62,41 +62,112 @@ void kernel_avx2(int rows, int nv, const float* w, int64_t ldw, const float* xp,
   (nv == 1 ? one : two)[static_cast<size_t>(rows - 1)](w, ldw, xp, kc, t, ldt, accumulate);
 }
 
-// xp[(panel * k + p) * nr + i] = x[panel * nr + i, p], zero past row n.
+constexpr int64_t kPackChunk = 512;  // columns of x per packing task (a multiple of 16)
+
+// Runs f(panel, c0, c1) over every panel of nr rows and chunk of kPackChunk columns, in parallel.
+template <typename F>
+void for_pack_blocks(int64_t n, int64_t k, int nr, const F& f) {
+  const int64_t panels = (n + nr - 1) / nr, chunks = (k + kPackChunk - 1) / kPackChunk;
+  tbb::parallel_for(int64_t{0}, panels * chunks, [&](int64_t t) {
+    const int64_t c0 = t % chunks * kPackChunk;
+    f(t / chunks, c0, std::min(k, c0 + kPackChunk));
+  });
+}
+
+// In place: r[c] becomes column c of the 8 x 8 matrix whose rows are r[0..7].
+inline void transpose8(__m256 r[8]) {
+  __m256 t[8], u[8];
+  for (int i = 0; i < 4; ++i) {
+    t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+  }
+  for (int h = 0; h < 2; ++h) {
+    u[4 * h + 0] = _mm256_shuffle_ps(t[4 * h + 0], t[4 * h + 2], 0x44);
+    u[4 * h + 1] = _mm256_shuffle_ps(t[4 * h + 0], t[4 * h + 2], 0xee);
+    u[4 * h + 2] = _mm256_shuffle_ps(t[4 * h + 1], t[4 * h + 3], 0x44);
+    u[4 * h + 3] = _mm256_shuffle_ps(t[4 * h + 1], t[4 * h + 3], 0xee);
+  }
+  for (int i = 0; i < 4; ++i) {
+    r[i] = _mm256_permute2f128_ps(u[i], u[4 + i], 0x20);
+    r[4 + i] = _mm256_permute2f128_ps(u[i], u[4 + i], 0x31);
+  }
+}
+
+// xp[(panel * k + p) * nr + i] = x[panel * nr + i, p], zero past row n. Groups of 8 rows x 8
+// columns are transposed in registers.
 void pack_x_f32(const float* x, int64_t ldx, int64_t n, int64_t k, int nr, float* xp) {
-  const int64_t panels = (n + nr - 1) / nr;
-  tbb::parallel_for(int64_t{0}, panels, [&](int64_t pa) {
+  for_pack_blocks(n, k, nr, [&](int64_t pa, int64_t c0, int64_t c1) {
     float* out = xp + pa * k * nr;
-    for (int i = 0; i < nr; ++i) {
-      const int64_t row = pa * nr + i;
-      if (row < n) {
-        const float* xr = x + row * ldx;
-        for (int64_t p = 0; p < k; ++p) out[p * nr + i] = xr[p];
-      } else {
-        for (int64_t p = 0; p < k; ++p) out[p * nr + i] = 0.0f;
+    for (int g = 0; g < nr; g += 8) {
+      const int64_t row0 = pa * nr + g;
+      int64_t p = c0;
+      if (row0 + 8 <= n) {
+        for (; p + 8 <= c1; p += 8) {
+          __m256 r[8];
+          for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(x + (row0 + i) * ldx + p);
+          transpose8(r);
+          for (int c = 0; c < 8; ++c) _mm256_storeu_ps(out + (p + c) * nr + g, r[c]);
+        }
       }
+      for (; p < c1; ++p)
+        for (int i = 0; i < 8; ++i)
+          out[p * nr + g + i] = row0 + i < n ? x[(row0 + i) * ldx + p] : 0.0f;
     }
   });
 }
 
+// Each lane of v rounded to bf16 (round to nearest even, NaNs kept quiet: bit for bit as
+// f32_to_bf16 and store8_bf16), in the low 16 bits of its 32-bit lane.
+inline __m256i round8_bf16(__m256 v) {
+  const __m256i u = _mm256_castps_si256(v);
+  const __m256i hi = _mm256_srli_epi32(u, 16);
+  const __m256i lsb = _mm256_and_si256(hi, _mm256_set1_epi32(1));
+  const __m256i r =
+      _mm256_srli_epi32(_mm256_add_epi32(u, _mm256_add_epi32(_mm256_set1_epi32(0x7fff), lsb)), 16);
+  const __m256i nan_bits = _mm256_or_si256(hi, _mm256_set1_epi32(0x40));
+  const __m256 is_nan = _mm256_cmp_ps(v, v, _CMP_UNORD_Q);
+  return _mm256_blendv_epi8(r, nan_bits, _mm256_castps_si256(is_nan));
+}
+
+// 16 floats as 16 bf16 in order: eight 32-bit lanes, lane j the pair of columns (2j, 2j + 1).
+inline __m256i pairs8_bf16(const float* p) {
+  // packus interleaves the 128-bit halves of its operands: [a0-3 b0-3 | a4-7 b4-7] -> reorder.
+  const __m256i packed =
+      _mm256_packus_epi32(round8_bf16(_mm256_loadu_ps(p)), round8_bf16(_mm256_loadu_ps(p + 8)));
+  return _mm256_permute4x64_epi64(packed, 0xd8);
+}
+
 // xb[((panel * kq + q) * nr + i) * 2 + h] = bf16(x[panel * nr + i, 2q + h]) (round to nearest
-// even), zero past row n and past column k; kq = ceil(k / 2).
+// even), zero past row n and past column k; kq = ceil(k / 2). Groups of 8 rows x 8 pairs are
+// transposed in registers.
 void pack_x_bf16(const float* x, int64_t ldx, int64_t n, int64_t k, int nr, uint16_t* xb) {
-  const int64_t panels = (n + nr - 1) / nr;
   const int64_t kq = (k + 1) / 2;
-  tbb::parallel_for(int64_t{0}, panels, [&](int64_t pa) {
-    std::vector<uint32_t> pairs(static_cast<size_t>(kq));
+  for_pack_blocks(n, k, nr, [&](int64_t pa, int64_t c0, int64_t c1) {
     uint32_t* out = reinterpret_cast<uint32_t*>(xb) + pa * kq * nr;
-    for (int i = 0; i < nr; ++i) {
-      const int64_t row = pa * nr + i;
-      std::fill(pairs.begin(), pairs.end(), 0u);
-      if (row < n) {
-        const float* xr = x + row * ldx;
-        for (int64_t p = 0; p < k; ++p)
-          pairs[static_cast<size_t>(p / 2)] |= static_cast<uint32_t>(f32_to_bf16(xr[p]))
-                                               << (16 * (p & 1));
+    for (int g = 0; g < nr; g += 8) {
+      const int64_t row0 = pa * nr + g;
+      int64_t p = c0;
+      if (row0 + 8 <= n) {
+        for (; p + 16 <= c1; p += 16) {
+          __m256 r[8];
+          for (int i = 0; i < 8; ++i)
+            r[i] = _mm256_castsi256_ps(pairs8_bf16(x + (row0 + i) * ldx + p));
+          transpose8(r);
+          for (int c = 0; c < 8; ++c)
+            _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + (p / 2 + c) * nr + g),
+                                _mm256_castps_si256(r[c]));
+        }
       }
-      for (int64_t q = 0; q < kq; ++q) out[q * nr + i] = pairs[static_cast<size_t>(q)];
+      for (; p < c1; p += 2)
+        for (int i = 0; i < 8; ++i) {
+          uint32_t v = 0;
+          if (row0 + i < n) {
+            const float* xr = x + (row0 + i) * ldx;
+            v = f32_to_bf16(xr[p]);
+            if (p + 1 < k) v |= static_cast<uint32_t>(f32_to_bf16(xr[p + 1])) << 16;
+          }
+          out[p / 2 * nr + g + i] = v;
+        }
     }
   });
 }
