@@ -187,6 +187,17 @@ int cmd_bench_decode(const Options& f) {
     for (float& e : pool_v) e = normal();
   }
 
+  // Warm-up (as llama-bench does): one prefill chunk on a scratch sequence, so that the timed
+  // prefill does not pay the first touch of the memory-mapped weights and of the workspaces.
+  if (fill == "prefill") {
+    const int32_t n = static_cast<int32_t>(std::min<int64_t>(max_depth, chunk));
+    auto scratch = model->new_dense_kv(n);
+    const std::vector<int32_t> ids(static_cast<size_t>(n), 1);
+    const StepSequence warm{scratch.get(), ids, false, false, false};
+    model->forward(std::span<const StepSequence>(&warm, 1));
+    backend->synchronize();
+  }
+
   for (int64_t batch_arg : batches_of(f)) {
     for (int64_t depth64 : depths) {
       const int32_t depth = static_cast<int32_t>(depth64);
