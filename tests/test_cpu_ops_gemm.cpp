@@ -1,7 +1,8 @@
 // The CPU prefill matrix product (kernels/cpu/gemm_prefill.h) on every kernel path this machine
 // supports (kernels/cpu/isa.h: each forced in turn; avx2 always among them), against a float64
 // reference: ragged n, m, k (not multiples of any tile, k odd, k spanning several k blocks), bias,
-// f32/f16/bf16 weights. Also the path selection itself, and that the results depend neither on
+// f32/f16/bf16 weights; and the decode paths (n <= 16, AVX2 on every path) under each path.
+// Also the path selection itself, and that the results depend neither on
 // the thread count nor on n (the f32 paths also agree bit for bit with each other).
 //
 // Tolerances, err = max |got - ref| / max |ref| (tests/cpu_ops_reference.h):
@@ -62,9 +63,12 @@ struct Case {
   int64_t n, m, k;
 };
 // n > 16 (the prefill path); m past one task (96 rows) and not a multiple of 6 or 12; k odd, 1,
-// past one k block (256 / 512) and not a multiple of 8 or 16.
+// past one k block (256 / 512) and not a multiple of 8 or 16. n <= 16: the decode paths (k past
+// 4096: the prefetching variant).
 constexpr Case kCases[] = {{17, 5, 3},     {33, 97, 1},   {50, 13, 257}, {64, 29, 514},
-                           {100, 7, 1031}, {19, 200, 64}, {300, 25, 33}, {40, 12, 600}};
+                           {100, 7, 1031}, {19, 200, 64}, {300, 25, 33}, {40, 12, 600},
+                           {1, 7, 4501},   {1, 5, 100},   {2, 9, 67},    {3, 6, 130},
+                           {3, 4, 2000},   {8, 11, 100},  {16, 19, 33}};
 
 }  // namespace
 
@@ -92,12 +96,13 @@ TEST_CASE("CPU kernel paths: detection, TANDEM_CPU_ISA cap and forcing", "[cpu][
   CHECK(cpu::active_isa() == before);
 }
 
-TEST_CASE("prefill matmul matches float64 on every supported path", "[cpu][matmul][prefill]") {
+TEST_CASE("matmul (prefill and decode) matches float64 on every supported path",
+          "[cpu][matmul][prefill]") {
   auto be = test::cpu();
   uint32_t seed = 100;
   for (Isa path : cpu::supported_isas()) {
     cpu::ScopedIsa scope(path);
-    std::printf("prefill matmul: path %s\n", std::string(cpu::isa_name(path)).c_str());
+    std::printf("matmul: path %s\n", std::string(cpu::isa_name(path)).c_str());
     for (DType wt : kFloatTypes)
       for (const Case& c : kCases)
         for (bool with_bias : {false, true}) {
@@ -111,7 +116,7 @@ TEST_CASE("prefill matmul matches float64 on every supported path", "[cpu][matmu
           const Ref ref =
               reference(x.val, w.val, with_bias ? b.val.data() : nullptr, c.n, c.m, c.k);
           const double err = norm_err(y.as<float>(), ref.y);
-          if (path == Isa::kAvx512Bf16 && wt == DType::kBF16) {
+          if (path == Isa::kAvx512Bf16 && wt == DType::kBF16 && c.n > 16) {
             CHECK(err < 4e-3);
             int64_t over = 0;
             for (size_t i = 0; i < ref.y.size(); ++i)

@@ -69,7 +69,9 @@ __attribute__((target("avx512f"))) float fma_chains_avx512(float seed) {
     for (int c = 0; c < kChains512; ++c) acc[c] = _mm512_fmadd_ps(acc[c], a, b);
   __m512 s = acc[0];
   for (int c = 1; c < kChains512; ++c) s = _mm512_add_ps(s, acc[c]);
-  return _mm512_reduce_add_ps(s);
+  alignas(64) float t[16];
+  _mm512_store_ps(t, s);
+  return t[0] + t[15];
 }
 
 __attribute__((target("avx512f,avx512bw,avx512bf16"))) float dpbf16_chains(float seed) {
@@ -80,7 +82,9 @@ __attribute__((target("avx512f,avx512bw,avx512bf16"))) float dpbf16_chains(float
     for (int c = 0; c < kChains512; ++c) acc[c] = _mm512_dpbf16_ps(acc[c], a, a);
   __m512 s = acc[0];
   for (int c = 1; c < kChains512; ++c) s = _mm512_add_ps(s, acc[c]);
-  return _mm512_reduce_add_ps(s);
+  alignas(64) float t[16];
+  _mm512_store_ps(t, s);
+  return t[0] + t[15];
 }
 
 // Best-of-kRuns rate of `chains` on nt workers, in units of `per_call` per second.
