@@ -26,6 +26,9 @@ fi
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 ctest --test-dir "$build" --output-on-failure -j "$(nproc)" | tee "$log"
+# Which CPU kernel paths (kernels/cpu/isa.h) this machine has: test_cpu_ops_gemm and
+# test_forward_parity ran every one of them.
+"$build/test_cpu_ops_gemm" "[isa]" | grep '^CPU ' || true
 # A test that cannot run here exits 4 and ctest shows "Skipped": the GPU tests without a GPU, and
 # the *_shared entries (tests that compare against the checkpoints in ../shared/models) in a
 # clone without ../shared beside it. Print each one's own reason and the tests it skipped, so a

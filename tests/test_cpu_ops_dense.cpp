@@ -11,6 +11,7 @@
 #include <limits>
 #include <vector>
 
+#include "kernels/cpu/isa.h"
 #include "tests/cpu_ops_reference.h"
 
 using namespace tandem;
@@ -39,7 +40,7 @@ std::vector<double> ref_matmul(const std::vector<float>& x, const std::vector<fl
 // ---- matmul -------------------------------------------------------------------------------------
 
 TEST_CASE("matmul matches float64 for every weight dtype and odd sizes", "[cpu][matmul]") {
-  auto be = cpu();
+  auto be = test::cpu();
   struct Shape {
     int64_t m, k;
   };
@@ -59,12 +60,16 @@ TEST_CASE("matmul matches float64 for every weight dtype and odd sizes", "[cpu][
           be->matmul(x.view(), w.view(), with_bias ? b.view() : TensorView(), y.view());
           const auto ref =
               ref_matmul(x.val, w.val, with_bias ? b.val.data() : nullptr, n, s.m, s.k);
-          CHECK(norm_err(y.as<float>(), ref) < kTol);
+          // bf16 weights in prefill (n > 16) on avx512bf16 round x to bf16: the bound of
+          // tests/test_cpu_ops_gemm.cpp, which tests every path.
+          const bool bf16x =
+              wt == DType::kBF16 && n > 16 && cpu::active_isa() == cpu::Isa::kAvx512Bf16;
+          CHECK(norm_err(y.as<float>(), ref) < (bf16x ? 4e-3 : kTol));
         }
 }
 
 TEST_CASE("matmul reads and writes strided rows", "[cpu][matmul]") {
-  auto be = cpu();
+  auto be = test::cpu();
   const int64_t n = 5, m = 21, k = 45;
   const Tensor xs = random_tensor(DType::kF32, {n, k + 3}, 11);
   const Tensor w = random_tensor(DType::kBF16, {m, k}, 12);
@@ -86,7 +91,7 @@ TEST_CASE("matmul reads and writes strided rows", "[cpu][matmul]") {
 }
 
 TEST_CASE("matmul is bit-identical with 1 and 2 threads", "[cpu][matmul]") {
-  auto be = cpu();
+  auto be = test::cpu();
   for (int64_t n : {1, 7, 40}) {
     const Tensor x = random_tensor(DType::kF32, {n, 300}, 21);
     const Tensor w = random_tensor(DType::kBF16, {517, 300}, 22);
@@ -103,7 +108,7 @@ TEST_CASE("matmul is bit-identical with 1 and 2 threads", "[cpu][matmul]") {
 // ---- embedding, norms -------------------------------------------------------------------------
 
 TEST_CASE("embedding gathers and converts rows", "[cpu][embedding]") {
-  auto be = cpu();
+  auto be = test::cpu();
   for (DType t : kFloatTypes) {
     INFO(dtype_name(t));
     const Tensor table = random_tensor(t, {50, 37}, 31);
@@ -122,7 +127,7 @@ TEST_CASE("embedding gathers and converts rows", "[cpu][embedding]") {
 }
 
 TEST_CASE("rms_norm and layer_norm match float64, in place too", "[cpu][norm]") {
-  auto be = cpu();
+  auto be = test::cpu();
   for (int64_t d : {67, 2048})
     for (int64_t rows : {1, 3, 17}) {
       INFO("rows=" << rows << " d=" << d);
@@ -171,7 +176,7 @@ TEST_CASE("rms_norm and layer_norm match float64, in place too", "[cpu][norm]") 
 
 TEST_CASE("rope matches float64 for neox, interleaved, partial rotary, large positions",
           "[cpu][rope]") {
-  auto be = cpu();
+  auto be = test::cpu();
   struct Case {
     int32_t head_dim, rotary_dim;
     bool neox;
@@ -223,7 +228,7 @@ TEST_CASE("rope matches float64 for neox, interleaved, partial rotary, large pos
 // ---- elementwise --------------------------------------------------------------------------------
 
 TEST_CASE("silu_mul, relu, add match float64, in place too", "[cpu][elementwise]") {
-  auto be = cpu();
+  auto be = test::cpu();
   for (int64_t cols : {1, 13, 1000, 70001}) {
     INFO("cols=" << cols);
     const int64_t rows = 3;
@@ -253,7 +258,7 @@ TEST_CASE("silu_mul, relu, add match float64, in place too", "[cpu][elementwise]
 }
 
 TEST_CASE("softmax matches float64, masked entries and fully masked rows", "[cpu][softmax]") {
-  auto be = cpu();
+  auto be = test::cpu();
   for (int64_t d : {1, 7, 8, 100, 4099}) {
     INFO("d=" << d);
     const int64_t rows = 4;
@@ -278,7 +283,7 @@ TEST_CASE("softmax matches float64, masked entries and fully masked rows", "[cpu
 }
 
 TEST_CASE("copy converts between f32, f16 and bf16 like the scalar conversions", "[cpu][copy]") {
-  auto be = cpu();
+  auto be = test::cpu();
   const int64_t n = 1003;
   // Values that stress rounding: subnormal and overflowing in f16, ties, inf, NaN.
   Tensor src = random_tensor(DType::kF32, {n}, 81, 3.0f);

@@ -7,10 +7,11 @@
 //    16 loaded values split into even/odd halves by a shift and a mask, x reordered to match.
 //  - 4..16 rows (batched decode, compute-bound on AVX2): groups of 4 weight rows are streamed
 //    once and dotted with 3 x rows at a time; the group stays in L1/L2 for the next x tiles.
-//  - more rows (prefill): a block of weight rows is converted once to f32 into a thread-local
-//    buffer (L2-sized) and reused against every tile of 3 x rows.
-// All are parallel over blocks of output rows with oneTBB, in whatever arena is in force. The
-// summation order depends on n only, never on the thread count.
+//  - more rows (prefill): cpu::matmul_prefill (kernels/cpu/gemm_prefill.h), register-tiled
+//    micro-kernels on the run-time path of kernels/cpu/isa.h (AVX2, AVX-512, AVX512_BF16).
+// The decode paths are AVX2 on every machine. All are parallel over blocks of output rows with
+// oneTBB, in whatever arena is in force. The summation order depends on n only, never on the thread
+// count.
 #include <tbb/blocked_range.h>
 #include <tbb/parallel_for.h>
 
@@ -19,6 +20,7 @@
 #include <vector>
 
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/gemm_prefill.h"
 #include "kernels/cpu/simd.h"
 
 namespace tandem {
@@ -32,7 +34,6 @@ constexpr int64_t kStreamN = 3;           // at most this many x rows: one weigh
 constexpr int64_t kSmallN = 16;           // at most this many x rows: stream weights directly
 constexpr int64_t kRowBlock = 16;         // output rows per parallel work item (small n)
 constexpr int64_t kGrainBytes = 1 << 18;  // weight bytes per task, at least
-constexpr int64_t kPackBytes = 1 << 18;   // f32 bytes of a converted weight block (large n)
 
 constexpr int64_t kPrefetchBytes = 8192;  // software prefetch distance along a weight row
 
@@ -257,33 +258,6 @@ void matmul_small(const typename E::T* w, int64_t m, int64_t k, const float* x, 
       });
 }
 
-// Large n: blocks of weight rows converted once to f32 (f32 weights are used in place), then
-// multiplied with every x tile.
-template <typename E>
-void matmul_large(const typename E::T* w, int64_t m, int64_t k, const float* x, int64_t ldx,
-                  int64_t n, const float* bias, float* y, int64_t ldy) {
-  // A block of weight rows as f32 fits about kPackBytes (L2), a multiple of 4 rows.
-  const int64_t rows_per_block =
-      std::clamp<int64_t>(kPackBytes / std::max<int64_t>(1, k * 4) / 4 * 4, 4, 256);
-  const int64_t blocks = (m + rows_per_block - 1) / rows_per_block;
-  tbb::parallel_for(tbb::blocked_range<int64_t>(0, blocks, 1),
-                    [&](const tbb::blocked_range<int64_t>& br) {
-                      thread_local std::vector<float> pack;
-                      for (int64_t b = br.begin(); b < br.end(); ++b) {
-                        const int64_t r0 = b * rows_per_block;
-                        const int64_t rows = std::min(m, r0 + rows_per_block) - r0;
-                        const float* bb = bias != nullptr ? bias + r0 : nullptr;
-                        if constexpr (std::is_same_v<E, F32>) {
-                          rows_times_x<F32>(w + r0 * k, rows, k, x, ldx, n, bb, y + r0, ldy);
-                        } else {
-                          pack.resize(static_cast<size_t>(rows * k));
-                          cpu::convert_to_f32<E>(w + r0 * k, pack.data(), rows * k);
-                          rows_times_x<F32>(pack.data(), rows, k, x, ldx, n, bb, y + r0, ldy);
-                        }
-                      }
-                    });
-}
-
 template <typename E>
 void matmul_typed(const TensorView& x, const TensorView& w, const float* bias,
                   const TensorView& y) {
@@ -302,7 +276,8 @@ void matmul_typed(const TensorView& x, const TensorView& w, const float* bias,
     }
     matmul_small<E>(wp, m, k, xp, x.stride[0], xs, ldxs, n, bias, y.as<float>(), y.stride[0]);
   } else {
-    matmul_large<E>(wp, m, k, xp, x.stride[0], n, bias, y.as<float>(), y.stride[0]);
+    cpu::matmul_prefill(cpu::active_isa(), w.dtype, wp, m, k, xp, x.stride[0], n, bias,
+                        y.as<float>(), y.stride[0]);
   }
 }
 

@@ -58,7 +58,73 @@ float fma_chains(float seed) {
   return t[0] + t[7];
 }
 
+// The AVX-512 chains (compiled with target attributes: the rule of kernels/cpu/isa.h).
+constexpr int kChains512 = 16;
+
+__attribute__((target("avx512f"))) float fma_chains_avx512(float seed) {
+  __m512 acc[kChains512];
+  for (int c = 0; c < kChains512; ++c) acc[c] = _mm512_set1_ps(seed + static_cast<float>(c));
+  const __m512 a = _mm512_set1_ps(0.999999f), b = _mm512_set1_ps(1e-7f);
+  for (int64_t i = 0; i < kFmaIters; ++i)
+    for (int c = 0; c < kChains512; ++c) acc[c] = _mm512_fmadd_ps(acc[c], a, b);
+  __m512 s = acc[0];
+  for (int c = 1; c < kChains512; ++c) s = _mm512_add_ps(s, acc[c]);
+  alignas(64) float t[16];
+  _mm512_store_ps(t, s);
+  return t[0] + t[15];
+}
+
+__attribute__((target("avx512f,avx512bw,avx512bf16"))) float dpbf16_chains(float seed) {
+  __m512 acc[kChains512];
+  for (int c = 0; c < kChains512; ++c) acc[c] = _mm512_set1_ps(seed + static_cast<float>(c));
+  const __m512bh a = (__m512bh)_mm512_set1_epi16(0x3a83);  // about 1e-3 in bf16
+  for (int64_t i = 0; i < kFmaIters; ++i)
+    for (int c = 0; c < kChains512; ++c) acc[c] = _mm512_dpbf16_ps(acc[c], a, a);
+  __m512 s = acc[0];
+  for (int c = 1; c < kChains512; ++c) s = _mm512_add_ps(s, acc[c]);
+  alignas(64) float t[16];
+  _mm512_store_ps(t, s);
+  return t[0] + t[15];
+}
+
+// Best-of-kRuns rate of `chains` on nt workers, in units of `per_call` per second.
+template <typename F>
+double best_rate(int nt, double per_call, F chains) {
+  tbb::task_arena arena(nt);
+  std::vector<float> sums(static_cast<size_t>(nt));
+  double best = 0.0;
+  for (int run = 0; run < kRuns; ++run) {
+    const auto t0 = std::chrono::steady_clock::now();
+    arena.execute([&] {
+      tbb::parallel_for(
+          0, nt, [&](int t) { sums[static_cast<size_t>(t)] = chains(static_cast<float>(t)); },
+          tbb::static_partitioner());
+    });
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    best = std::max(best, static_cast<double>(nt) * per_call / s);
+  }
+  volatile float sink = 0.0f;
+  for (float s : sums) sink = sink + s;
+  return best;
+}
+
 }  // namespace
+
+double measure_peak_gflops(int threads, cpu::Isa isa) {
+  TANDEM_CHECK(cpu::isa_supported(isa), "measure_peak_gflops: ", cpu::isa_name(isa),
+               " is not supported here");
+  const int nt = threads > 0 ? threads : tbb::this_task_arena::max_concurrency();
+  const double iters = static_cast<double>(kFmaIters);
+  switch (isa) {
+    case cpu::Isa::kAvx2:
+      return best_rate(nt, kChains * 8.0 * 2.0 * iters, fma_chains) / 1e9;
+    case cpu::Isa::kAvx512:
+      return best_rate(nt, kChains512 * 16.0 * 2.0 * iters, fma_chains_avx512) / 1e9;
+    case cpu::Isa::kAvx512Bf16:
+      return best_rate(nt, kChains512 * 64.0 * iters, dpbf16_chains) / 1e9;
+  }
+  return 0.0;
+}
 
 double measure_fma_gflops(int threads) {
   const int nt = threads > 0 ? threads : tbb::this_task_arena::max_concurrency();

@@ -4,6 +4,8 @@
 
 #include <cstddef>
 
+#include "kernels/cpu/isa.h"
+
 namespace tandem {
 
 // Best-of-several streaming read bandwidth in GB/s (1e9 bytes/s) over a buffer of `bytes`
@@ -15,5 +17,11 @@ double measure_read_bandwidth_gbs(size_t bytes, int threads);
 // (one FMA = one lane of one _mm256_fmadd_ps) with `threads` oneTBB workers, each running
 // independent register-resident FMA chains; no memory traffic. threads <= 0 as above.
 double measure_fma_gflops(int threads);
+
+// Best-of-several peak arithmetic rate, in GFLOP/s, of the instruction the prefill micro-kernels
+// of `isa` are built on (kernels/cpu/gemm_prefill.h), register-resident chains on `threads`
+// workers: avx2 8-wide FMA, avx512 16-wide FMA (2 FLOP per lane), avx512bf16 VDPBF16PS (32 bf16
+// products and sums per instruction, 64 FLOP). The path must be supported (isa_supported).
+double measure_peak_gflops(int threads, cpu::Isa isa);
 
 }  // namespace tandem

@@ -162,6 +162,9 @@ int cmd_bench_decode(const Options& f) {
   const double bw = on_host ? measure_read_bandwidth_gbs(static_cast<size_t>(f.integer("bw-bytes")),
                                                          limit.threads())
                             : 0.0;
+  // The prefill's limit: the peak rate of the active CPU kernel path's multiply-add instruction.
+  const cpu::Isa isa = cpu::active_isa();
+  const double peak = on_host ? measure_peak_gflops(limit.threads(), isa) : 0.0;
   const double step_bytes = static_cast<double>(model->matmul_weight_bytes());
   const std::string policy = kv_cfg.dense ? "dense" : std::string(policy_name(kv_cfg.sparse));
 
@@ -182,6 +185,17 @@ int cmd_bench_decode(const Options& f) {
     };
     for (float& e : pool_k) e = normal();
     for (float& e : pool_v) e = normal();
+  }
+
+  // Warm-up (as llama-bench does): one prefill chunk on a scratch sequence, so that the timed
+  // prefill does not pay the first touch of the memory-mapped weights and of the workspaces.
+  if (fill == "prefill") {
+    const int32_t n = static_cast<int32_t>(std::min<int64_t>(max_depth, chunk));
+    auto scratch = model->new_dense_kv(n);
+    const std::vector<int32_t> ids(static_cast<size_t>(n), 1);
+    const StepSequence warm{scratch.get(), ids, false, false, false};
+    model->forward(std::span<const StepSequence>(&warm, 1));
+    backend->synchronize();
   }
 
   for (int64_t batch_arg : batches_of(f)) {
@@ -322,6 +336,18 @@ int cmd_bench_decode(const Options& f) {
       if (cuda_is_emulated() && std::string_view(backend->name()) == "cuda")
         j["emulator"] = emulator_json(emu, steps);
       if (on_host) {
+        // Prefill FLOPs: every layer matrix for every token, lm_head for each sequence's last
+        // token, causal attention (QK^T and PV: 4 * heads * head_dim per token pair).
+        const double lm_head = double(c.vocab_size) * c.embed_dim;
+        const double layer_params =
+            step_bytes / static_cast<double>(dtype_size(model->weight_dtype())) - lm_head;
+        const double attn = 2.0 * c.n_layer * c.n_head_q * c.head_dim * double(depth) * (depth + 1);
+        const double flop = batch * (2.0 * layer_params * depth + 2.0 * lm_head + attn);
+        const double gflops = fill == "prefill" && depth > 0 ? flop / fill_s / 1e9 : 0.0;
+        j["cpu_isa"] = std::string(cpu::isa_name(isa));
+        j["peak_gflops"] = peak;
+        j["prefill_gflops"] = gflops;
+        j["prefill_fraction_of_peak"] = peak > 0 ? gflops / peak : 0.0;
         j["measured_read_bw_gbs"] = bw;
         j["fraction_of_bw"] = step_bytes / (ms_step * 1e-3) / 1e9 / bw;
       }

@@ -16,6 +16,7 @@
 
 #include "engine/engine.h"
 #include "engine/tokenizer/tokenizer.h"
+#include "kernels/cpu/isa.h"
 #include "kvstore/kv_store.h"
 #include "server/chat_template.h"
 #include "server/http_server.h"
@@ -90,9 +91,12 @@ int cmd_serve(const Options& f) {
   const ChatTemplate tmpl = ChatTemplate::from_model_dir(dir);
   const ModelConfig& c = model->config();
   log->info(
-      "loaded {} ({} layers, {:.1f}M parameters) on the {} backend in {:.1f} s; chat "
+      "loaded {} ({} layers, {:.1f}M parameters) on the {} backend{} in {:.1f} s; chat "
       "template: {}",
       arch_name(c.arch), c.n_layer, static_cast<double>(c.n_params()) / 1e6, loaded.backend->name(),
+      loaded.backend->name() == "cpu"
+          ? " (CPU kernels: " + std::string(cpu::isa_name(cpu::active_isa())) + ")"
+          : std::string(),
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t_load).count(),
       tmpl.is_fallback() ? "ChatML fallback" : "the model's");
 
