@@ -172,8 +172,8 @@ TEST_CASE("the command line is read by the table", "[options]") {
   CHECK(o.integer_in("max-model-len", 77, 1, 100) == 77);
   CHECK(kv_config_of(o).sparse == SparsePolicy::kTopk);
   const KvConfig r = kv_config_of(parse_command_line(
-      Command::kPerplexity, {"--model", "m", "--sparse", "tau", "--similarity-reuse", "--reuse-eta",
-                             "0.9", "--reuse-power", "3"}));
+      Command::kBenchDecode, {"--model", "m", "--sparse", "tau", "--similarity-reuse",
+                              "--reuse-eta", "0.9", "--reuse-power", "3"}));
   CHECK(r.similarity_reuse);
   CHECK(r.reuse_eta == 0.9f);
   CHECK(r.reuse_power == 3.0f);
