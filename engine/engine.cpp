@@ -319,6 +319,8 @@ void Engine::publish(double forward_s, double other_s, double other_cpu_s, int64
     m.prefix_cached_blocks = pc->cached_blocks();
     m.prefix_evicted_blocks = pc->stats().evicted_blocks;
   }
+  m.similarity_reuse_lookups = store_.reuse_lookups();
+  m.similarity_reuse_hits = store_.reuse_hits();
   m.cpu_attention_busy_seconds = ha ? ha->busy_seconds() : 0.0;
   m.cpu_attention_wait_seconds = ha ? ha->wait_seconds() : 0.0;
   m.preemptions = scheduler_.preemptions();

@@ -65,6 +65,8 @@ struct EngineMetrics {
   int64_t prefix_hit_tokens = 0;
   int64_t prefix_cached_blocks = 0;
   int64_t prefix_evicted_blocks = 0;
+  int64_t similarity_reuse_lookups = 0;   // --similarity-reuse: (layer, KV head) selections
+  int64_t similarity_reuse_hits = 0;      // of which reused the kept selection
   double cpu_attention_busy_seconds = 0;  // host attention thread-seconds (0 with a dense store)
   double cpu_attention_wait_seconds = 0;  // forward pass waiting for host partials, seconds
   int64_t preemptions = 0;

@@ -69,6 +69,7 @@ void HybridRunner::submit(Backend& be, int32_t layer, const TensorView& q, int64
   slot.refs.resize(std::max(slot.refs.size(), n_items));
   slot.idx.resize(std::max(slot.idx.size(), n_items));
   slot.picked.assign(n_items, 0);
+  slot.looked.assign(n_items, 0);
   HostAttnPrepare prepare;
   if (qh == nullptr && reads_query_to_select())
     prepare = [this, layer, &slot](std::span<HostAttnItem> its) { pick(layer, slot, its); };
@@ -91,19 +92,27 @@ void HybridRunner::pick(int32_t layer, Slot& slot, std::span<HostAttnItem> items
     refs.clear();
     idx.clear();
     const HostHead head{spans.host, spans.host_tokens, sh_.blocks, p.g, spans.maw};
-    switch (sh_.cfg.sparse) {
-      case SparsePolicy::kFull:
-        slot.picked[item] = select_full(head, refs);
-        break;
-      case SparsePolicy::kTopk:
-        slot.picked[item] = select_topk(head, items[item].q, G, sh_.cfg.topk_blocks, refs);
-        break;
-      case SparsePolicy::kHgca:
-        slot.picked[item] = select_hgca(head, p.threshold, refs, idx);
-        break;
-      case SparsePolicy::kTau:
-        slot.picked[item] = select_tau(head, items[item].q, G, sh.scale, sh_.cfg.tau, refs, idx);
-        break;
+    auto select = [&]() -> int64_t {
+      switch (sh_.cfg.sparse) {
+        case SparsePolicy::kFull:
+          return select_full(head, refs);
+        case SparsePolicy::kTopk:
+          return select_topk(head, items[item].q, G, sh_.cfg.topk_blocks, refs);
+        case SparsePolicy::kHgca:
+          return select_hgca(head, p.threshold, refs, idx);
+        case SparsePolicy::kTau:
+          return select_tau(head, items[item].q, G, sh.scale, sh_.cfg.tau, refs, idx);
+      }
+      return 0;
+    };
+    if (sh_.cfg.similarity_reuse) {
+      // The kept selection while the query stays close to its label (and no entry reached the
+      // host since), else a fresh one that replaces it.
+      const bool hit = seqs_[p.seq].kv->reuse(layer).pick(head, items[item].q, G, refs, idx,
+                                                          slot.picked[item], select);
+      slot.looked[item] = hit ? 2 : 1;
+    } else {
+      slot.picked[item] = select();
     }
     items[item].blocks = refs;
   }
@@ -113,7 +122,14 @@ void HybridRunner::account(int32_t layer) {
   Slot& slot = slots_[static_cast<size_t>(layer)];
   for (size_t item = 0; item < slot.picks.size(); ++item) {
     const Pick& p = slot.picks[item];
-    seqs_[p.seq].kv->stats().attended += slot.picked[item];
+    HostStats& st = seqs_[p.seq].kv->stats();
+    st.attended += slot.picked[item];
+    if (slot.looked[item] != 0) {
+      ++st.reuse_lookups;
+      ++sh_.reuse_lookups;
+      st.reuse_hits += slot.looked[item] == 2;
+      sh_.reuse_hits += slot.looked[item] == 2;
+    }
     plan_.seqs[p.seq].layers[static_cast<size_t>(layer)].selected[static_cast<size_t>(p.g)] =
         slot.picked[item];
   }
@@ -242,6 +258,7 @@ void HybridRunner::attend(Backend& be, int32_t layer, const TensorView& q, const
   // and an exp per device token and query head, every decode step) and the prompt observation
   // are skipped, and stored tokens get MAW 0.
   const bool maw = sh_.cfg.sparse == SparsePolicy::kHgca;
+  const bool reuse = sh_.cfg.similarity_reuse;  // the prompt's last chunk measures importance
   bool any_async = false, any_decode = false, any_observe = false;
   for (const Seq& s : seqs_) {
     any_async |= host_async(s, layer);
@@ -254,8 +271,9 @@ void HybridRunner::attend(Backend& be, int32_t layer, const TensorView& q, const
   // (decode only, device backend) none of them: the device copies them for the layer's host job.
   // Parallel mode (and layer 0 of ahead mode) submit the host part now, before the device part.
   const bool submit_now = any_async && !slot.ticket;
-  const bool need_q =
-      (submit_now && reads_query(be)) || (!defer_ && maw && (any_decode || any_observe));
+  const bool need_q = (submit_now && reads_query(be)) ||
+                      (!defer_ && maw && (any_decode || any_observe)) ||
+                      (!defer_ && reuse && any_observe);
   const float* qh = need_q ? host_readable(be, q, q_stage_) : nullptr;
   if (submit_now) submit(be, layer, q, 0, qh);
 
@@ -307,11 +325,13 @@ void HybridRunner::attend(Backend& be, int32_t layer, const TensorView& q, const
     return;
   }
   sh_.rows.flush();
-  if (maw && any_observe) {
+  if ((maw || reuse) && any_observe) {
     const float* lse = host_readable(be, out.lse, lse_stage_);
-    for (const Seq& s : seqs_)
-      if (!s.decode && s.observe)
-        s.kv->observe_prompt(layer, qh + s.row0 * qd, lse + s.row0 * sh.n_head_q, s.n);
+    for (const Seq& s : seqs_) {
+      if (s.decode || !s.observe) continue;
+      if (maw) s.kv->observe_prompt(layer, qh + s.row0 * qd, lse + s.row0 * sh.n_head_q, s.n);
+      if (reuse) s.kv->observe_importance(layer, qh + s.row0 * qd, lse + s.row0 * sh.n_head_q, s.n);
+    }
   }
 }
 

@@ -19,6 +19,10 @@ HybridKv::HybridKv(HybridShared& shared, int32_t capacity)
   row_k_.resize(static_cast<size_t>(shared.blocks.row_elems()));
   row_v_.resize(row_k_.size());
   zero_maw_.assign(static_cast<size_t>(shared.shape.n_head_kv), 0.0f);
+  if (shared.cfg.similarity_reuse)
+    reuse_.assign(static_cast<size_t>(shared.shape.n_layer),
+                  ReuseLayer(shared.shape.n_head_kv, shared.shape.n_head_q, shared.cfg.reuse_eta,
+                             shared.cfg.reuse_power));
 }
 
 HybridKv::~HybridKv() {
@@ -35,6 +39,7 @@ void HybridKv::free_blocks() {
       if (j >= entry_of_.size() || entry_of_[j] == nullptr) shared_.blocks.host.free(l.host[j]);
     l = LayerTable();
   }
+  for (ReuseLayer& r : reuse_) r.reset(shared_.cfg.reuse_eta, shared_.cfg.reuse_power);
   // Tail first, so that the root ends the most recently used (evicted last).
   for (auto it = entry_of_.rbegin(); it != entry_of_.rend(); ++it)
     if (*it != nullptr) shared_.cache->unref(*it);
@@ -307,6 +312,17 @@ void HybridKv::observe_prompt(int32_t layer, const float* q, const float* lse, i
     seed_device(l.window[i],
                 i + 1 < l.window.size() ? b : l.window_tokens - static_cast<int32_t>(i) * b,
                 first_window_pos + static_cast<int32_t>(i) * b);
+}
+
+void HybridKv::observe_importance(int32_t layer, const float* q, const float* lse, int64_t n) {
+  const LayerTable& l = layers_[static_cast<size_t>(layer)];
+  if (l.host_tokens == 0) return;
+  const KvShape& sh = shared_.shape;
+  const std::vector<double> share = host_mass_share(
+      shared_.blocks, l.host, l.host_tokens, shared_.geo.sinks, q, lse, n, shared_.cfg.observe,
+      length_, sh.n_head_q, sh.n_head_q / sh.n_head_kv, sh.scale);
+  reuse_[static_cast<size_t>(layer)].set_importance(importance_of(share), shared_.cfg.reuse_eta,
+                                                    shared_.cfg.reuse_power);
 }
 
 void HybridKv::import_kv(Backend& be, int32_t layer, const float* k, const float* v, int32_t n) {

@@ -16,6 +16,7 @@
 #include "kvstore/kv_config.h"
 #include "kvstore/prefix_cache.h"
 #include "kvstore/sequence_kv.h"
+#include "kvstore/similarity_reuse.h"
 
 namespace tandem {
 
@@ -74,6 +75,8 @@ struct HybridShared {
   HostSpanStaging& staging;
   HybridRunner* runner = nullptr;  // set by the store once built
   PrefixCache* cache = nullptr;    // the store's prefix cache; null: none (--no-prefix-cache)
+  // --similarity-reuse over every sequence: lookups and hits (the engine thread counts them).
+  int64_t reuse_lookups = 0, reuse_hits = 0;
 };
 
 class HybridKv final : public SequenceKv {
@@ -146,6 +149,13 @@ class HybridKv final : public SequenceKv {
   // The last queries of a prompt chunk (q [n, Hq, d], lse [n, Hq], host) seed the MAW of every
   // token of the layer, the chunk's included (call after store).
   void observe_prompt(int32_t layer, const float* q, const float* lse, int64_t n);
+  // --similarity-reuse: a layer's kept selections and thresholds (this sequence's own, never its
+  // shared blocks': a sequence that adopts a cached prefix starts with none).
+  ReuseLayer& reuse(int32_t layer) { return reuse_[static_cast<size_t>(layer)]; }
+  // The last queries of the prompt's last chunk (as observe_prompt, after store) measure the
+  // layer's query-head importance: their softmax mass on the host entries (kvstore/
+  // similarity_reuse.h). Nothing on the host: importance stays 1 (every threshold eta).
+  void observe_importance(int32_t layer, const float* q, const float* lse, int64_t n);
 
  private:
   void append_host_row(LayerTable& l, const float* k_row_heads, const float* v_row_heads,
@@ -166,6 +176,7 @@ class HybridKv final : public SequenceKv {
   int32_t capacity_;
   int32_t length_ = 0;
   std::vector<LayerTable> layers_;
+  std::vector<ReuseLayer> reuse_;  // per layer (--similarity-reuse; else empty)
   HostStats stats_;
   std::vector<float> row_k_, row_v_, q_scaled_;  // scratch
   std::vector<float> zero_maw_;                  // Hkv zeros: the MAW of rows stored without one

@@ -59,9 +59,10 @@ class HybridRunner final : public KvStepRunner {
     std::optional<HostAttention::Ticket> ticket;  // submitted this step, merge not queued yet
     // Merged on a backend that did not wait on the host: reaped at the next step.
     std::optional<HostAttention::Ticket> merged;
-    uint32_t submitted = 0;                       // batches so far: the values its flags reach
-    std::vector<Pick> picks;                      // per item; cleared once accounted
-    std::vector<int64_t> picked;                  // per item: rows selected
+    uint32_t submitted = 0;       // batches so far: the values its flags reach
+    std::vector<Pick> picks;      // per item; cleared once accounted
+    std::vector<int64_t> picked;  // per item: rows selected
+    std::vector<uint8_t> looked;  // per item: --similarity-reuse 0 off, 1 miss, 2 hit
     std::vector<std::vector<HostBlockRef>> refs;  // per item
     std::vector<std::vector<int32_t>> idx;        // per item: hgca's selected rows
   };

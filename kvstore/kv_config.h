@@ -1,5 +1,6 @@
 // KvConfig: the kv flags shared by every subcommand (--dense, --sinks, --window, --block,
-// --sparse, --hgca-beta, --topk-blocks, --cpu-attn, --cpu-threads), as plain data.
+// --sparse, --hgca-beta, --topk-blocks, --similarity-reuse, --cpu-attn, --cpu-threads, ...), as
+// plain data.
 #pragma once
 
 #include <cstdint>
@@ -25,6 +26,11 @@ struct KvConfig {
   float hgca_beta = 1.0f;    // select host entries with MAW > beta / N_device
   int32_t topk_blocks = 16;  // host blocks per KV head under --sparse topk
   float tau = 0.9f;          // --sparse tau: attention mass of the host entries to keep
+  // --similarity-reuse (topk, tau): a KV head reuses its last selection while the query stays
+  // similar to the one it was made for (CLO §3.1-3.2; kvstore/similarity_reuse.h).
+  bool similarity_reuse = false;
+  float reuse_eta = 0.95f;   // the threshold of the most important heads (Eq. 7)
+  float reuse_power = 2.0f;  // lambda = importance^power (Eq. 8)
   CpuAttnMode cpu_attn = CpuAttnMode::kAhead;
   int32_t cpu_threads = 0;  // host attention workers (0 = all cores)
   float maw_alpha = 0.1f;   // MAW moving-average factor

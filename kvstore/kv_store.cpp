@@ -43,6 +43,14 @@ void KvConfig::validate() const {
   TANDEM_REQUIRE(hgca_beta > 0, kInvalidArgument, "--hgca-beta must be positive");
   TANDEM_REQUIRE(topk_blocks >= 0, kInvalidArgument, "--topk-blocks must be >= 0");
   TANDEM_REQUIRE(tau > 0 && tau <= 1, kInvalidArgument, "--tau must be in (0, 1]");
+  // full reads every entry (nothing to reuse, and it must stay exact); hgca selects by MAW values
+  // that move every step whatever the query: reuse keyed on the query fits topk and tau only.
+  TANDEM_REQUIRE(
+      !similarity_reuse || dense || sparse == SparsePolicy::kTopk || sparse == SparsePolicy::kTau,
+      kInvalidArgument, "--similarity-reuse needs --sparse topk or tau, not ", policy_name(sparse));
+  TANDEM_REQUIRE(reuse_eta >= -1 && reuse_eta <= 1, kInvalidArgument,
+                 "--reuse-eta must be in [-1, 1]");
+  TANDEM_REQUIRE(reuse_power >= 0, kInvalidArgument, "--reuse-power must be >= 0");
   TANDEM_REQUIRE(maw_alpha > 0 && maw_alpha <= 1, kInvalidArgument, "MAW alpha must be in (0, 1]");
   TANDEM_REQUIRE(host_gib >= 0 && device_gib >= 0, kInvalidArgument,
                  "--kv-host-gib and --kv-device-gib must not be negative");
@@ -56,6 +64,7 @@ std::string KvConfig::describe() const {
   if (sparse == SparsePolicy::kHgca) os << "(beta=" << hgca_beta << ")";
   if (sparse == SparsePolicy::kTopk) os << "(k=" << topk_blocks << ")";
   if (sparse == SparsePolicy::kTau) os << "(tau=" << tau << ")";
+  if (similarity_reuse) os << " similarity-reuse(eta=" << reuse_eta << ",p=" << reuse_power << ")";
   os << " cpu-attn=" << mode_name(cpu_attn);
   if (kv_dtype != DType::kF32) os << " kv-dtype=" << dtype_name(kv_dtype);
   if (!prefix_cache) os << " no-prefix-cache";

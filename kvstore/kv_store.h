@@ -60,6 +60,9 @@ class KvStore final : public KvPlanner {
   int64_t host_blocks_used() const { return host_ ? host_->used() : 0; }
   int64_t host_blocks_total() const { return host_ ? host_->capacity() : 0; }
   HostAttention* host_attention() { return host_attn_.get(); }
+  // --similarity-reuse lookups and hits over every sequence so far (engine thread; 0 without).
+  int64_t reuse_lookups() const { return shared_ ? shared_->reuse_lookups : 0; }
+  int64_t reuse_hits() const { return shared_ ? shared_->reuse_hits : 0; }
   // Host counters of a sequence (zero for dense ones).
   static HostStats stats_of(const SequenceKv& seq) { return seq.host_stats(); }
 

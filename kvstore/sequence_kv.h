@@ -19,10 +19,25 @@ struct HostStats {
   int64_t host_entries = 0;   // host tokens x KV heads that decode steps could attend
   int64_t attended = 0;       // of which the policy selected
   int64_t decode_layers = 0;  // (layer, sequence) decode attentions
+  // --similarity-reuse: (layer, KV head) decode selections looked up, and those that reused the
+  // kept selection.
+  int64_t reuse_lookups = 0, reuse_hits = 0;
   // The share of the host entries the policy attended (0 without any).
   double attended_fraction() const {
     return host_entries > 0 ? static_cast<double>(attended) / static_cast<double>(host_entries)
                             : 0.0;
+  }
+  double reuse_hit_ratio() const {
+    return reuse_lookups > 0 ? static_cast<double>(reuse_hits) / static_cast<double>(reuse_lookups)
+                             : 0.0;
+  }
+  HostStats& operator+=(const HostStats& o) {
+    host_entries += o.host_entries;
+    attended += o.attended;
+    decode_layers += o.decode_layers;
+    reuse_lookups += o.reuse_lookups;
+    reuse_hits += o.reuse_hits;
+    return *this;
   }
 };
 

@@ -206,6 +206,12 @@ std::string ServerMetrics::render(const EngineGauges& g) const {
   metric(out, "tandem_prefix_cache_evicted_blocks_total", "counter",
          "Host KV blocks the prefix cache evicted (least recently used) to make room.",
          static_cast<double>(g.prefix_evicted_blocks));
+  metric(out, "tandem_similarity_reuse_lookups_total", "counter",
+         "Host selections of decode steps looked up by --similarity-reuse (per layer and KV head).",
+         static_cast<double>(g.similarity_reuse_lookups));
+  metric(out, "tandem_similarity_reuse_hits_total", "counter",
+         "Lookups whose query was similar enough to reuse the kept selection (not selected again).",
+         static_cast<double>(g.similarity_reuse_hits));
   return out;
 }
 

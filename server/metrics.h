@@ -48,6 +48,8 @@ struct EngineGauges {
   // layers), evicted.
   int64_t prefix_queried_tokens = 0, prefix_hit_tokens = 0;
   int64_t prefix_cached_blocks = 0, prefix_evicted_blocks = 0;
+  // --similarity-reuse: host selections looked up and reused ((layer, KV head) per decode step).
+  int64_t similarity_reuse_lookups = 0, similarity_reuse_hits = 0;
 };
 
 class ServerMetrics {

@@ -158,6 +158,16 @@ constexpr OptionSpec kOptions[] = {
     number("tau", kLoads, kKv, "T", "0.9", 1e-6, 1,
            "--sparse tau: the share of the host entries' attention mass (over the query heads of "
            "a KV group) the selected entries reach (HCAttention Eq. 4)"),
+    flag("similarity-reuse", kLoads, kKv,
+         "--sparse topk or tau: a KV head reuses its last host selection while its query heads "
+         "stay as similar to the query it was made for as their importance demands (CLO "
+         "query-similarity cache; an error with full or hgca)"),
+    number("reuse-eta", kLoads, kKv, "E", "0.95", -1, 1,
+           "--similarity-reuse: cosine-similarity threshold of the most important heads; less "
+           "important ones get lower thresholds (CLO Eq. 7-9)"),
+    number("reuse-power", kLoads, kKv, "P", "2", 0, 64,
+           "--similarity-reuse: exponent p of lambda = importance^p in the thresholds (larger: "
+           "more reuse by heads of middling importance)"),
     choice("cpu-attn", kLoads, kKv, "parallel|ahead|ahead-oracle", "ahead",
            "start of the host attention: with the layer's true query (parallel), one layer early "
            "with a predicted one (ahead), or ahead fed the true query (ahead-oracle, a diagnosis "

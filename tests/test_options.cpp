@@ -121,6 +121,9 @@ TEST_CASE("the table's defaults are the defaults of the structs they fill", "[op
   CHECK(kv.sparse == want.sparse);
   CHECK(kv.hgca_beta == want.hgca_beta);
   CHECK(kv.topk_blocks == want.topk_blocks);
+  CHECK(kv.similarity_reuse == want.similarity_reuse);
+  CHECK(kv.reuse_eta == want.reuse_eta);
+  CHECK(kv.reuse_power == want.reuse_power);
   CHECK(kv.cpu_attn == want.cpu_attn);
   CHECK(kv.cpu_threads == want.cpu_threads);
   CHECK(kv.maw_alpha == want.maw_alpha);
@@ -168,6 +171,12 @@ TEST_CASE("the command line is read by the table", "[options]") {
   CHECK(o.integer("max-model-len", 77) == 77);   // a default computed at run time
   CHECK(o.integer_in("max-model-len", 77, 1, 100) == 77);
   CHECK(kv_config_of(o).sparse == SparsePolicy::kTopk);
+  const KvConfig r = kv_config_of(parse_command_line(
+      Command::kBenchDecode, {"--model", "m", "--sparse", "tau", "--similarity-reuse",
+                              "--reuse-eta", "0.9", "--reuse-power", "3"}));
+  CHECK(r.similarity_reuse);
+  CHECK(r.reuse_eta == 0.9f);
+  CHECK(r.reuse_power == 3.0f);
 
   // vllm's forms: a bare --save-result, a several-word --goodput, lists.
   const Options b = parse_command_line(
@@ -210,6 +219,10 @@ TEST_CASE("a bad command line is one error naming the option", "[options][errors
   CHECK_THAT(parse_error(Command::kServe, with({"--hgca-beta", "0"})), Contains("--hgca-beta"));
   CHECK_THAT(parse_error(Command::kServe, with({"--kv-dtype", "q4"})),
              Contains("--kv-dtype must be f32, bf16 or f16, got \"q4\""));
+  CHECK_THAT(error_of([&] {
+               kv_config_of(parse_command_line(Command::kServe, with({"--similarity-reuse"})));
+             }),
+             Contains("--similarity-reuse needs --sparse topk or tau, not hgca"));
   CHECK_THAT(parse_error(Command::kServe, with({"--dense=1"})), Contains("--dense takes no value"));
   CHECK_THAT(parse_error(Command::kServe, with({"--port"})), Contains("--port needs a value"));
   CHECK_THAT(parse_error(Command::kServe, with({"serve"})), Contains("unexpected argument"));

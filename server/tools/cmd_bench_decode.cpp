@@ -296,8 +296,7 @@ int cmd_bench_decode(const Options& f) {
       HostStats host{};
       for (const auto& kv : kvs) {
         const HostStats st = KvStore::stats_of(*kv);
-        host.host_entries += st.host_entries;
-        host.attended += st.attended;
+        host += st;
       }
       nlohmann::json j = {
           {"model", model->dir().filename().string()},
@@ -333,6 +332,10 @@ int cmd_bench_decode(const Options& f) {
           {"weight_bytes_per_token", step_bytes / static_cast<double>(batch)},
           {"weight_read_gbs", step_bytes / (ms_step * 1e-3) / 1e9},
           {"load_avg_1m", load}};
+      if (!cfg.dense && cfg.similarity_reuse) {
+        j["similarity_reuse_lookups"] = host.reuse_lookups;
+        j["similarity_reuse_hit_ratio"] = host.reuse_hit_ratio();
+      }
       if (cuda_is_emulated() && std::string_view(backend->name()) == "cuda")
         j["emulator"] = emulator_json(emu, steps);
       if (on_host) {

@@ -118,8 +118,7 @@ int cmd_eval_recall(const Options& f) {
     ++cell.n, ++ctx.n;
     cell.correct += ok, ctx.correct += ok;
     const HostStats st = KvStore::stats_of(*kv);
-    host.host_entries += st.host_entries;
-    host.attended += st.attended;
+    host += st;
   }
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -138,7 +137,7 @@ int cmd_eval_recall(const Options& f) {
     jx.push_back({{"context", context}, {"n", x.n}, {"accuracy", acc(x)}});
     correct += x.correct;
   }
-  const nlohmann::json j = {
+  nlohmann::json j = {
       {"model", dir},
       {"file", path},
       {"kv", kv_cfg.describe()},
@@ -148,6 +147,10 @@ int cmd_eval_recall(const Options& f) {
       {"cells", jc},
       {"host_fraction_attended", host.attended_fraction()},
       {"seconds", seconds}};
+  if (!kv_cfg.dense && kv_cfg.similarity_reuse) {
+    j["similarity_reuse_lookups"] = host.reuse_lookups;
+    j["similarity_reuse_hit_ratio"] = host.reuse_hit_ratio();
+  }
   std::printf("%s\n", j.dump().c_str());
   return 0;
 }

@@ -70,26 +70,28 @@ int cmd_perplexity(const Options& f) {
       logits = model->forward(std::span<const StepSequence>(&s, 1));
     }
     const HostStats st = KvStore::stats_of(*kv);
-    host.host_entries += st.host_entries;
-    host.attended += st.attended;
+    host += st;
   }
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const double mean = nll / static_cast<double>(count);
-  const nlohmann::json j = {
-      {"tokens", count},
-      {"nll", mean},
-      {"ppl", std::exp(mean)},
-      {"window", kv_cfg.dense ? ctx : kv_cfg.window},
-      {"sparse", kv_cfg.dense ? "dense" : std::string(policy_name(kv_cfg.sparse))},
-      {"cpu_attn", std::string(mode_name(kv_cfg.cpu_attn))},
-      {"hgca_beta", kv_cfg.hgca_beta},
-      {"topk_blocks", kv_cfg.topk_blocks},
-      {"ctx", ctx},
-      {"prefill", prefill},
-      {"segments", segments},
-      {"host_fraction_attended", host.attended_fraction()},
-      {"seconds", seconds}};
+  nlohmann::json j = {{"tokens", count},
+                      {"nll", mean},
+                      {"ppl", std::exp(mean)},
+                      {"window", kv_cfg.dense ? ctx : kv_cfg.window},
+                      {"sparse", kv_cfg.dense ? "dense" : std::string(policy_name(kv_cfg.sparse))},
+                      {"cpu_attn", std::string(mode_name(kv_cfg.cpu_attn))},
+                      {"hgca_beta", kv_cfg.hgca_beta},
+                      {"topk_blocks", kv_cfg.topk_blocks},
+                      {"ctx", ctx},
+                      {"prefill", prefill},
+                      {"segments", segments},
+                      {"host_fraction_attended", host.attended_fraction()},
+                      {"seconds", seconds}};
+  if (!kv_cfg.dense && kv_cfg.similarity_reuse) {
+    j["similarity_reuse_lookups"] = host.reuse_lookups;
+    j["similarity_reuse_hit_ratio"] = host.reuse_hit_ratio();
+  }
   std::printf("%s\n", j.dump().c_str());
   return 0;
 }

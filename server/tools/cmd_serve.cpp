@@ -59,6 +59,8 @@ EngineGauges gauges_of(const EngineMetrics& m) {
   g.prefix_hit_tokens = m.prefix_hit_tokens;
   g.prefix_cached_blocks = m.prefix_cached_blocks;
   g.prefix_evicted_blocks = m.prefix_evicted_blocks;
+  g.similarity_reuse_lookups = m.similarity_reuse_lookups;
+  g.similarity_reuse_hits = m.similarity_reuse_hits;
   return g;
 }
 

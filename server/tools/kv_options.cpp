@@ -19,6 +19,9 @@ KvConfig kv_config_of(const Options& o) {
   c.hgca_beta = static_cast<float>(o.number("hgca-beta"));
   c.topk_blocks = static_cast<int32_t>(o.integer("topk-blocks"));
   c.tau = static_cast<float>(o.number("tau"));
+  c.similarity_reuse = o.flag("similarity-reuse");
+  c.reuse_eta = static_cast<float>(o.number("reuse-eta"));
+  c.reuse_power = static_cast<float>(o.number("reuse-power"));
   c.cpu_attn = o.pick<CpuAttnMode>("cpu-attn", {{"parallel", CpuAttnMode::kParallel},
                                                 {"ahead", CpuAttnMode::kAhead},
                                                 {"ahead-oracle", CpuAttnMode::kAheadOracle}});
