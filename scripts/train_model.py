@@ -116,6 +116,10 @@ def main():
     ap.add_argument("--layers", type=int, help="recall-kv: layers (preset default)")
     ap.add_argument("--rope-theta", type=float, help="recall-kv: RoPE theta (preset default)")
     ap.add_argument("--pool", type=int, help="recall-kv: keys and values used (preset default)")
+    ap.add_argument("--no-colon", dest="colon", action="store_false", default=None,
+                    help="recall-kv: lines `key value` instead of `key: value`")
+    ap.add_argument("--init-embed-from",
+                    help="recall-kv: model folder whose token embeddings (only) to start from")
     ap.add_argument("--probe-every", type=int, default=0,
                     help="recall-kv: score evaluation prompts every N steps (0: never)")
     ap.add_argument("--no-ppl", action="store_true",
@@ -124,7 +128,7 @@ def main():
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     c = dict(PRESETS[args.preset])
-    c.update({k: getattr(args, k) for k in ("batch", "lr", "layers", "rope_theta", "pool")
+    c.update({k: getattr(args, k) for k in ("batch", "lr", "layers", "rope_theta", "pool", "colon")
               if getattr(args, k) is not None})
     if args.eval_n is not None:
         c["eval_n"] = args.eval_n
@@ -204,6 +208,10 @@ def new_model(args, c):
         t = read_safetensors(os.path.join(args.init_from, "model.safetensors"))
         ours = {hf_name(n): n for n, _ in model.named_parameters()}
         model.load_state_dict({ours[k]: v for k, v in t.items()})
+    if getattr(args, "init_embed_from", None):
+        t = read_safetensors(os.path.join(args.init_embed_from, "model.safetensors"))
+        with torch.no_grad():
+            model.embed_tokens.weight.copy_(t[hf_name("embed_tokens.weight")])
     model.to(args.device)
     log(f"{sum(p.numel() for p in model.parameters())} parameters")
     return model
@@ -211,7 +219,7 @@ def new_model(args, c):
 
 def train_kv(args, c, tj, bpe):
     """The recall-kv preset: no corpus; key-value prompts, export, recall evaluation."""
-    task = KvTask(bpe, c["min_keys_frac"], c["pool"])
+    task = KvTask(bpe, c["min_keys_frac"], c["pool"], c["colon"])
     log(f"recall-kv: {len(task.key_ids)} key tokens, {len(task.value_ids)} value tokens")
     model = new_model(args, c)
     seen, spent = train(args, c, model, None, task)

@@ -28,7 +28,6 @@ import torch.nn.functional as F
 
 from .settings import BOS
 
-TOKENS_PER_LINE = 4
 
 
 def kv_vocab(bpe):
@@ -45,11 +44,13 @@ def kv_vocab(bpe):
 
 
 class KvTask:
-    def __init__(self, bpe, min_keys_frac=1 / 16, pool=None):
+    def __init__(self, bpe, min_keys_frac=1 / 16, pool=None, colon=True):
         """min_keys_frac: a sequence of L lines has a dictionary of m keys, m uniform in
         [max(2, L x min_keys_frac), min(L, keys)] (small m: many short-range repeats; large m:
         fewer, far ones).  pool: use only the pool keys and pool values of the lowest token ids
-        (the BPE's earliest merges), or all of kv_vocab's when None."""
+        (the BPE's earliest merges), or all of kv_vocab's when None.  colon: lines `key: value`
+        (4 tokens), else `key value` (3 tokens: the value right after its key, the plain
+        induction pattern)."""
         self.bpe = bpe
         keys, values = kv_vocab(bpe)
         if pool:
@@ -59,6 +60,8 @@ class KvTask:
         self.key_ids = np.array([bpe.vocab[t] for t in keys])
         self.value_ids = np.array([bpe.vocab[t] for t in values])
         self.colon, self.newline = bpe.encode(":") + bpe.encode("\n")
+        self.sep = ":" if colon else ""
+        self.per_line = 4 if colon else 3  # tokens per line; the value is at per_line - 2
         self.min_keys_frac = min_keys_frac
 
     def lines(self, rng, n_lines, exclude=None):
@@ -75,17 +78,18 @@ class KvTask:
         return dic[pick], val[pick]
 
     def line_ids(self, keys, vals):
-        out = np.empty((len(keys), TOKENS_PER_LINE), dtype=np.int64)
+        out = np.empty((len(keys), self.per_line), dtype=np.int64)
         out[:, 0] = self.key_ids[keys]
-        out[:, 1] = self.colon
-        out[:, 2] = self.value_ids[vals]
-        out[:, 3] = self.newline
+        out[:, 1] = self.colon  # overwritten by the value without the colon
+        out[:, -2] = self.value_ids[vals]
+        out[:, -1] = self.newline
         return out.reshape(-1)
 
     def batch(self, rng, n_ctx, batch):
         """A training batch: (inputs, targets, copy mask), shapes (batch, n_ctx - 1); the mask
         marks the positions whose target is the value of a key seen earlier in the row."""
-        n_lines = -(-(n_ctx - 1) // TOKENS_PER_LINE)
+        L = self.per_line
+        n_lines = -(-(n_ctx - 1) // L)
         x = torch.empty(batch, n_ctx, dtype=torch.long)
         mask = torch.zeros(batch, n_ctx - 1, dtype=torch.bool)
         for b in range(batch):
@@ -94,17 +98,19 @@ class KvTask:
             x[b, 1:] = torch.from_numpy(self.line_ids(keys, vals)[:n_ctx - 1])
             first = np.zeros(n_lines, dtype=bool)
             first[np.unique(keys, return_index=True)[1]] = True
-            # Line i's value is token 1 + 4i + 2, predicted at position 1 + 4i + 1.
-            at = 1 + TOKENS_PER_LINE * np.nonzero(~first)[0] + 1
+            # Line i's value is token 1 + L i + L - 2, predicted at the position before.
+            at = 1 + L * np.nonzero(~first)[0] + L - 3
             mask[b, at[at < n_ctx - 1]] = True
         return x[:, :-1], x[:, 1:].clone(), mask
 
     def sample(self, rng, n_ctx, depth):
-        """One evaluation prompt of n_ctx - 1 tokens (see the module docstring): a dict with
+        """One evaluation prompt of n_ctx - 1 tokens (without the colon: as many whole lines as
+        fit, n_ctx - 1 - (n_ctx % 3) tokens; see the module docstring): a dict with
         prompt_ids, answer_ids, prompt, answer, needle_pos (index of the needle's key token in
         prompt_ids) and depth."""
-        n_lines = (n_ctx - 4) // TOKENS_PER_LINE
-        if n_lines < 1 or (n_ctx - 4) % TOKENS_PER_LINE:
+        L = self.per_line
+        n_lines = (n_ctx - L) // L
+        if n_lines < 1 or (L == 4 and n_ctx % 4):
             raise ValueError(f"context {n_ctx}: want 4 + 4 x lines tokens")
         needle = int(rng.integers(len(self.key_ids)))
         value = int(rng.integers(len(self.value_ids)))
@@ -112,14 +118,17 @@ class KvTask:
         at = int(round(depth * (n_lines - 1)))
         keys = np.insert(keys, at, needle)
         vals = np.insert(vals, at, value)
-        ids = [BOS] + self.line_ids(keys, vals).tolist() + [int(self.key_ids[needle]), self.colon]
-        prompt = "".join(f"{self.key_text[k]}: {self.value_text[v]}\n" for k, v in zip(keys, vals))
-        prompt += f"{self.key_text[needle]}:"
+        ids = [BOS] + self.line_ids(keys, vals).tolist() + [int(self.key_ids[needle])]
+        ids += [self.colon] if self.sep else []
+        sep = self.sep
+        prompt = "".join(f"{self.key_text[k]}{sep} {self.value_text[v]}\n"
+                         for k, v in zip(keys, vals))
+        prompt += f"{self.key_text[needle]}{sep}"
         answer = " " + self.value_text[value]
         if self.bpe.encode(prompt + answer) != ids[1:] + [int(self.value_ids[value])]:
             raise RuntimeError("a recall-kv prompt does not re-encode to its ids")
         return dict(prompt_ids=ids, answer_ids=[int(self.value_ids[value])], prompt=prompt,
-                    answer=answer, needle_pos=1 + TOKENS_PER_LINE * at, depth=depth)
+                    answer=answer, needle_pos=1 + L * at, depth=depth)
 
 
 def copy_loss(model, x, tgt, mask):

@@ -43,6 +43,7 @@ PRESETS = {
     "recall-kv": dict(hidden=256, layers=2, heads=8, kv_heads=4, ffn=704, vocab=4096,
                       max_pos=4096, rope_theta=500000.0, seq=4096, batch=1, lr=2e-3,
                       warmup=30, min_lr_frac=0.1, min_keys_frac=1 / 16, pool=None,
+                      colon=True,
                       curriculum=[(0.0, 256, 16), (0.4, 512, 8), (0.6, 1024, 4),
                                   (0.75, 2048, 2), (0.9, 4096, 1)],
                       eval_contexts=[512, 1024, 2048, 4096],
