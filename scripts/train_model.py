@@ -13,6 +13,9 @@ Usage (Debian's python3-torch; paths are relative to the repository root):
     # tandem-recall: tandem-long fine-tuned on passkey retrieval up to 4096 tokens
     /usr/bin/python3 scripts/train_model.py --preset recall --steps N --skip-generated \
         --init-from models/tandem-long --out models/tandem-recall --work /work/train/recall
+    # tandem-recall (key-value recall, from scratch with tandem-demo's tokenizer; no corpus)
+    /usr/bin/python3 scripts/train_model.py --preset recall-kv --steps N --threads 1 \
+        --out models/tandem-recall --work /work/train/kv --probe-every 100
 
 The model cards give the exact commands and step counts of the committed models.  Debian's
 python3-torch multiplies matrices with the reference (netlib) BLAS, about 3 GFLOP/s on two
@@ -41,7 +44,10 @@ the finished training steps are reused from <work>):
    --save-every steps; --resume continues from there.
    The recall preset trains instead on passkey prompts (train_model/recall.py): Python filler
    from the training stream with a passkey comment at a random depth and a question at the end,
-   context lengths from a curriculum (short first), seeded by (--seed, step).
+   context lengths from a curriculum (short first), seeded by (--seed, step).  The recall-kv
+   preset trains a fresh shallow model on key-value recall only (train_model/kv_recall.py:
+   lines `key: value` of one-token keys and values, the loss on every value whose key came
+   before), also from a curriculum of context lengths; it needs no corpus.
 4. Export: config.json, model.safetensors (F32), tokenizer.json, tokenizer_config.json
    (ChatML template), generation_config.json, and the C++ test fixture
    tests/fixtures/trained/<name>.json (float64 logits of the saved weights for a held-out
@@ -49,7 +55,8 @@ the finished training steps are reused from <work>):
 5. Evaluation (eval mode, float32): held-out perplexity, written to <out>/eval.json; for the
    recall preset dense greedy passkey accuracy by context length and depth on held-out filler
    (<out>/eval.json) and the replayable prompts <out>/recall-eval.jsonl (the C++ fixture of
-   step 4 is written for demo and long only).
+   step 4 is written for demo and long only); recall-kv the same with the question `key:`
+   about a needle line at each depth among other key-value lines.
 
 The stages live in the package scripts/train_model/ beside this entry (corpus, tokenizer, model,
 data pipeline, training loop, export, evaluation); this file parses the arguments and runs them.
@@ -68,11 +75,12 @@ from train_model.data import load_or_build_corpus, make_heldout_stream, make_str
 from train_model.evaluate import evaluate
 from train_model.export import export_checkpoint, write_fixture
 from train_model.hf_format import hf_name, tokenizer_json
+from train_model.kv_recall import KvTask
 from train_model.log import log
 from train_model.model import Llama
 from train_model.recall import PasskeyTask, evaluate_recall
 from train_model.safetensors_io import read_safetensors
-from train_model.settings import CORPUS_ROOT, PRESETS
+from train_model.settings import CORPUS_ROOT, PRESETS, REPO
 from train_model.tokenizer import Bpe, train_bpe
 from train_model.train_loop import train
 
@@ -105,13 +113,23 @@ def main():
                          "one-token word (preset default)")
     ap.add_argument("--no-eval", action="store_true",
                     help="stop after the export (a later --resume --stop-at <step> evaluates)")
+    ap.add_argument("--layers", type=int, help="recall-kv: layers (preset default)")
+    ap.add_argument("--rope-theta", type=float, help="recall-kv: RoPE theta (preset default)")
+    ap.add_argument("--pool", type=int, help="recall-kv: keys and values used (preset default)")
+    ap.add_argument("--no-colon", dest="colon", action="store_false", default=None,
+                    help="recall-kv: lines `key value` instead of `key: value`")
+    ap.add_argument("--init-embed-from",
+                    help="recall-kv: model folder whose token embeddings (only) to start from")
+    ap.add_argument("--probe-every", type=int, default=0,
+                    help="recall-kv: score evaluation prompts every N steps (0: never)")
     ap.add_argument("--no-ppl", action="store_true",
                     help="recall preset: skip the held-out perplexity after the recall evaluation")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     c = dict(PRESETS[args.preset])
-    c.update({k: getattr(args, k) for k in ("batch", "lr") if getattr(args, k) is not None})
+    c.update({k: getattr(args, k) for k in ("batch", "lr", "layers", "rope_theta", "pool", "colon")
+              if getattr(args, k) is not None})
     if args.eval_n is not None:
         c["eval_n"] = args.eval_n
     if args.answer is not None:
@@ -123,8 +141,10 @@ def main():
     os.makedirs(args.work, exist_ok=True)
     os.makedirs(args.out, exist_ok=True)
 
-    # Tokenizer: trained here for a fresh model, else taken from --init-from.
-    tok_src = args.init_from or args.work
+    # Tokenizer: trained here for a fresh model, else taken from --init-from (recall-kv from
+    # scratch: tandem-demo's, so that prompts are text the C++ tokenizer encodes the same way).
+    kv = args.preset == "recall-kv"
+    tok_src = args.init_from or (os.path.join(REPO, "models", "tandem-demo") if kv else args.work)
     tok_path = os.path.join(tok_src, "tokenizer.json")
     if not os.path.exists(tok_path):
         files = [f for f in corpus_files() if not is_heldout(f)]
@@ -145,6 +165,8 @@ def main():
         tj = json.load(f)
     bpe = Bpe(tj["model"]["vocab"], [tuple(m) for m in tj["model"]["merges"]])
 
+    if kv:
+        return train_kv(args, c, tj, bpe)
     files, all_ids, offsets = load_or_build_corpus(args, c, bpe)
     with open(os.path.join(args.out, "heldout-files.txt"), "w") as f:
         f.write("".join(f"{CORPUS_ROOT}/{r}\n" for r in files if is_heldout(r)))
@@ -152,14 +174,7 @@ def main():
     log(f"{len(files)} files, {len(all_ids)} tokens, training stream {len(stream)} tokens,"
         f" {sum(len(read_text(r).encode()) for r in files) / len(all_ids):.2f} bytes/token")
 
-    model = Llama(c)
-    model.init_weights()
-    if args.init_from:
-        t = read_safetensors(os.path.join(args.init_from, "model.safetensors"))
-        ours = {hf_name(n): n for n, _ in model.named_parameters()}
-        model.load_state_dict({ours[k]: v for k, v in t.items()})
-    model.to(args.device)
-    log(f"{sum(p.numel() for p in model.parameters())} parameters")
+    model = new_model(args, c)
     recall = args.preset == "recall"
     seen, spent = train(args, c, model, stream, PasskeyTask(bpe, stream, c["answer"]) if recall else None)
     model.cpu()
@@ -184,6 +199,43 @@ def main():
     with open(os.path.join(args.out, "eval.json"), "w") as f:
         json.dump(res, f, indent=2)
     log(json.dumps(res))
+
+
+def new_model(args, c):
+    model = Llama(c)
+    model.init_weights()
+    if args.init_from:
+        t = read_safetensors(os.path.join(args.init_from, "model.safetensors"))
+        ours = {hf_name(n): n for n, _ in model.named_parameters()}
+        model.load_state_dict({ours[k]: v for k, v in t.items()})
+    if getattr(args, "init_embed_from", None):
+        t = read_safetensors(os.path.join(args.init_embed_from, "model.safetensors"))
+        with torch.no_grad():
+            model.embed_tokens.weight.copy_(t[hf_name("embed_tokens.weight")])
+    model.to(args.device)
+    log(f"{sum(p.numel() for p in model.parameters())} parameters")
+    return model
+
+
+def train_kv(args, c, tj, bpe):
+    """The recall-kv preset: no corpus; key-value prompts, export, recall evaluation."""
+    task = KvTask(bpe, c["min_keys_frac"], c["pool"], c["colon"])
+    log(f"recall-kv: {len(task.key_ids)} key tokens, {len(task.value_ids)} value tokens")
+    model = new_model(args, c)
+    seen, spent = train(args, c, model, None, task)
+    model.cpu()
+    export_checkpoint(args, c, model, tj)
+    if args.no_eval:
+        log("exported")
+        return 0
+    log("exported; evaluating")
+    res = evaluate_recall(args, c, model, task, log)
+    res.update(steps=args.steps, tokens_seen=seen, train_seconds=round(spent, 1),
+               params=sum(p.numel() for p in model.parameters()))
+    with open(os.path.join(args.out, "eval.json"), "w") as f:
+        json.dump(res, f, indent=2)
+    log(json.dumps(res))
+    return 0
 
 
 if __name__ == "__main__":

@@ -9,6 +9,8 @@ per module:
 - model: the Llama-architecture model;
 - data: the tokenized corpus (cached) and the training stream;
 - train_loop: the learning-rate schedule and the training loop with checkpoints;
+- recall: the passkey task and the recall evaluation (dense greedy accuracy by context, depth);
+- kv_recall: the key-value recall task (multi-query associative recall as text lines);
 - evaluate: held-out perplexities;
 - export: the checkpoint folder and the C++ test fixture;
 - log: timestamped progress lines.

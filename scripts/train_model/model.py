@@ -93,7 +93,8 @@ class Llama(torch.nn.Module):
                 ("o_proj.weight", "down_proj.weight")) else 1.0
             torch.nn.init.normal_(p, 0.0, std * scale)
 
-    def forward(self, ids):
+    def hidden(self, ids):
+        """The final hidden states (after the last norm), (B, T, hidden)."""
         T = ids.shape[1]
         p = next(self.parameters())
         cos, sin = rope_tables(T, self.c["hidden"] // self.c["heads"], self.c["rope_theta"],
@@ -101,4 +102,7 @@ class Llama(torch.nn.Module):
         x = self.embed_tokens(ids)
         for layer in self.layers:
             x = layer(x, cos, sin)
-        return self.norm(x) @ self.embed_tokens.weight.t()  # tied output projection
+        return self.norm(x)
+
+    def forward(self, ids):
+        return self.hidden(ids) @ self.embed_tokens.weight.t()  # tied output projection

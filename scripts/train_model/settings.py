@@ -35,4 +35,19 @@ PRESETS = {
                    eval_contexts=[512, 1024, 2048, 4096],
                    eval_depths=[0.0, 0.25, 0.5, 0.75, 1.0],
                    eval_n=50, eval_seed=20261126, jsonl_n=8),
+    # Multi-query key-value recall (train_model/kv_recall.py), trained from scratch: a shallow
+    # model (two layers form the induction circuit) with a large RoPE theta, so that more of
+    # the rotary frequencies stay nearly constant over 4096 tokens for the key look-up.  The
+    # loss is the copy targets' alone.  probe_n prompts per context of probe_contexts are
+    # scored every --probe-every steps (the learning curve).
+    "recall-kv": dict(hidden=256, layers=2, heads=8, kv_heads=4, ffn=704, vocab=4096,
+                      max_pos=4096, rope_theta=500000.0, seq=4096, batch=1, lr=2e-3,
+                      warmup=30, min_lr_frac=0.1, min_keys_frac=1 / 16, pool=None,
+                      colon=True,
+                      curriculum=[(0.0, 256, 16), (0.4, 512, 8), (0.6, 1024, 4),
+                                  (0.75, 2048, 2), (0.9, 4096, 1)],
+                      eval_contexts=[512, 1024, 2048, 4096],
+                      eval_depths=[0.0, 0.25, 0.5, 0.75, 1.0],
+                      eval_n=50, eval_seed=20261127, jsonl_n=8,
+                      probe_contexts=[256, 512, 1024, 2048, 4096], probe_n=16),
 }

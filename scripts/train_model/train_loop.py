@@ -1,5 +1,6 @@
 """The training loop: AdamW, warmup + cosine decay, seeded random windows of the stream, short
-windows first (or, for the recall preset, passkey prompts from a curriculum of context lengths);
+windows first (or, for the recall presets, passkey or key-value prompts from a curriculum of
+context lengths);
 checkpoints (model, optimiser, step, RNG state) for --resume.
 """
 import math
@@ -11,6 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from .log import log
+from .kv_recall import KvTask, copy_loss, probe
 from .recall import phase_at, recall_loss
 
 
@@ -38,7 +40,9 @@ def recall_batch(args, c, task, step):
 
 
 def train(args, c, model, stream, task=None):
-    """Trains on LM windows of stream, or on task's passkey prompts when task is given."""
+    """Trains on LM windows of stream, or on task's prompts when task is given (passkey: LM
+    loss + weighted answer loss; key-value recall: the copy targets' loss, with the batch's copy
+    accuracy logged and, every args.probe_every steps, evaluation prompts scored)."""
     ckpt = os.path.join(args.work, "ckpt.pt")
     decay = [p for n, p in model.named_parameters() if not n.endswith("norm.weight")]
     keep = [p for n, p in model.named_parameters() if n.endswith("norm.weight")]
@@ -61,6 +65,8 @@ def train(args, c, model, stream, task=None):
         os.replace(ckpt + ".tmp", ckpt)
 
     model.train()
+    kv = isinstance(task, KvTask)
+    accs = []
     t0 = time.time()
     while step < min(args.steps, args.stop_at or args.steps):
         for g in opt.param_groups:
@@ -70,6 +76,13 @@ def train(args, c, model, stream, task=None):
             logits = model(x.to(args.device))
             loss = F.cross_entropy(logits.reshape(-1, c["vocab"]), tgt.to(args.device).reshape(-1))
             extra = ""
+        elif kv:
+            x, tgt, mask = recall_batch(args, c, task, step)
+            loss, acc = copy_loss(model, x.to(args.device), tgt.to(args.device),
+                                  mask.to(args.device))
+            accs.append(acc)
+            extra = (f" copy acc {sum(accs[-10:]) / len(accs[-10:]):.3f}"
+                     f" ctx {x.shape[1] + 1}x{x.shape[0]}")
         else:
             x, tgt, ans = recall_batch(args, c, task, step)
             loss, ans_loss = recall_loss(model(x.to(args.device)), tgt.to(args.device),
@@ -90,5 +103,13 @@ def train(args, c, model, stream, task=None):
                 f" tokens {seen} {seen / spent:.0f} tok/s elapsed {spent / 60:.1f} min{extra}")
         if step % args.save_every == 0 or step in (args.steps, args.stop_at):
             save()
+        if kv and args.probe_every and step % args.probe_every == 0:
+            n_ctx = phase_at(step - 1, args.steps, c["curriculum"])[0]
+            t1 = time.time()
+            acc = probe(model, task, [n for n in c["probe_contexts"] if n <= max(512, n_ctx)],
+                        c["probe_n"], c["eval_seed"] + 1)
+            log(f"probe step {step}: " + " ".join(f"{n}:{a:.3f}" for n, a in acc.items())
+                + f" ({time.time() - t1:.0f} s, not counted)")
+            t0 = time.time()
     return seen, spent
 
