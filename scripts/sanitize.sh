@@ -6,13 +6,12 @@
 # fuzz  in the same build (TANDEM_FUZZ: the libFuzzer targets of tests/fuzz/ share it), each
 #       target for TANDEM_FUZZ_SECONDS (default 15) on its seed corpus (scripts/fuzz.sh).
 # tsan  g++, thread sanitizer (TANDEM_TSAN) in build-tsan/: the concurrent parts — host attention
-#       workers, the scheduler and engine threads, the HTTP server and its connection pool.
+#       workers, the scheduler, the HTTP server and its connection pool.
 # The slow end-to-end model runs (test_device_placement: bit equality of two backends over many
 # store configurations) are left to the plain build, where they run in full. Under the thread
 # sanitizer a model step is 20-50x slower, so it runs the tests whose point is concurrency and
 # that stay within minutes there: host-attention batches, tickets and jobs (test_host_batch), the
-# scheduler, the engine's submit/step/cancel/shutdown threads (test_engine "[threads]") and the
-# HTTP connection layer (test_server_limits); test_engine_batching and the e2e model runs time out.
+# scheduler and the HTTP connection layer (test_server_limits); the engine and the e2e model runs time out (below).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
@@ -70,11 +69,13 @@ if want tsan; then
   start=$SECONDS
   tsan="${TANDEM_TSAN_BUILD_DIR:-$root/build-tsan}"
   tests=$(existing "$tsan_tests")
-  TANDEM_BUILD_DIR="$tsan" TANDEM_BUILD_TARGET="tandem $tests test_engine" \
+  TANDEM_BUILD_DIR="$tsan" TANDEM_BUILD_TARGET="tandem $tests" \
     scripts/build.sh -DTANDEM_CUDA=OFF -DTANDEM_TSAN=ON
   ctest --test-dir "$tsan" -R "$(regex "$tests")" --output-on-failure -j "$(nproc)"
-  # The engine's cross-thread cases only (submit, cancel, a full queue, shutdown): each of the
-  # others generates long texts, which the sanitizer makes take many minutes.
-  "$tsan/test_engine" "[threads]"
+  # Not run here: the engine's cross-thread cases (test_engine "[threads]"). Every model step
+  # multiplies on oneTBB, whose spawn/join edges the sanitizer cannot see (Debian's libtbb is
+  # not instrumented), so each access of a matmul task is a race the suppressions then drop, one
+  # report-and-symbolise at a time: the first token of a 100-token prompt took over 120 s
+  # (2026-11-26). They need an instrumented oneTBB or a serial backend for the sanitizer run.
   echo "thread sanitizer: $((SECONDS - start)) s (build and tests)"
 fi
