@@ -11,7 +11,8 @@
 # store configurations) are left to the plain build, where they run in full. Under the thread
 # sanitizer a model step is 20-50x slower, so it runs the tests whose point is concurrency and
 # that stay within minutes there: host-attention batches, tickets and jobs (test_host_batch), the
-# scheduler and the HTTP connection layer (test_server_limits); the engine and the e2e model runs time out (below).
+# scheduler and the HTTP connection layer (test_server_limits); the engine and the e2e model
+# runs time out there (see the tsan stage below).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
