@@ -25,7 +25,8 @@ want() { [[ " ${stages[*]} " == *" $1 "* ]]; }
 # the sanitizers' slowdown breaks.
 asan_tests="test_buffer test_catch_main test_chat_template test_config_checkpoints
   test_config_layouts test_cpu_attn test_cpu_ops_attention test_cpu_ops_dense test_engine
-  test_engine_batching test_forward_parity test_host_batch test_hybrid_kv test_model_errors
+  test_engine_batching test_cpu_ops_gemm test_similarity_reuse test_forward_parity test_host_batch
+  test_hybrid_kv test_model_errors
   test_openai_codec test_options test_sampler test_scheduler test_selection test_server_limits
   test_server_e2e_errors test_server_e2e_serving test_tokenizer test_utf8 test_hostile_input
   test_trained_models"
@@ -60,7 +61,7 @@ if want asan || want fuzz; then
       TANDEM_BUILD_DIR="$asan" TANDEM_FUZZ_WORK="$(mktemp -d)" \
         scripts/fuzz.sh "$t" "${TANDEM_FUZZ_SECONDS:-15}" >/tmp/tandem-fuzz-$t.log 2>&1 ||
         { cat /tmp/tandem-fuzz-$t.log >&2; echo "fuzz target $t failed" >&2; exit 1; }
-      echo "fuzz $t: $(grep -Eo '#[0-9]+ +DONE.*' /tmp/tandem-fuzz-$t.log | tail -1)"
+      echo "fuzz $t: $(grep -Eo '#[0-9]+[[:space:]]+DONE.*' /tmp/tandem-fuzz-$t.log | tail -1)"
     done
   fi
   echo "address + undefined sanitizers: $((SECONDS - start)) s (build, tests, fuzzing)"
