@@ -4,7 +4,6 @@
 
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
-#include <tbb/parallel_for.h>
 
 #include <algorithm>
 #include <chrono>

@@ -1,7 +1,6 @@
 // Engine::step in its five parts (engine/engine.h): reap cancelled -> schedule -> run ->
 // postprocess -> publish. Timing is kept in StepTimes, out of the way of the parts.
 #include <spdlog/spdlog.h>
-#include <tbb/parallel_for.h>
 
 #include <algorithm>
 #include <chrono>
@@ -10,6 +9,7 @@
 #include <limits>
 
 #include "engine/engine.h"
+#include "kernels/cpu/parallel.h"
 
 namespace tandem {
 
@@ -185,7 +185,7 @@ bool Engine::run(const Schedule& work, StepOutput& out, StepTimes& times) {
   // Sampling on the host, one task per sequence: each sequence's sampler has its own generator,
   // so the tokens do not depend on which thread draws them. With top-p over a large vocabulary a
   // draw can take milliseconds; the rest (logprobs, detokenising, streaming) stays on this thread.
-  tbb::parallel_for(size_t{0}, n_chunks, [&](size_t i) {
+  tandem::parallel_for(size_t{0}, n_chunks, [&](size_t i) {
     if (out.host_rows[i] == nullptr) return;  // sampled by the backend, or nothing to sample
     const ScheduledChunk& c = work.chunks[i];
     try {

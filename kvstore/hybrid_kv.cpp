@@ -1,13 +1,12 @@
 // HybridKv: a sequence's blocks in both tiers; storing, eviction and the MAW values.
 #include "kvstore/hybrid_kv.h"
 
-#include <tbb/parallel_for.h>
-
 #include <algorithm>
 #include <cstring>
 #include <limits>
 
 #include "kernels/cpu/maw.h"
+#include "kernels/cpu/parallel.h"
 #include "kernels/cpu/simd.h"
 #include "kvstore/hybrid_runner.h"
 #include "kvstore/selection.h"
@@ -259,7 +258,7 @@ void HybridKv::update_maw(const LayerSpans& at, const float* q, const float* lse
   // The window's blocks are independent (each writes its own MAW values): spread over the
   // cores (on the thread that drives the device, or in a host job).
   const int64_t nw = static_cast<int64_t>(at.window.size());
-  tbb::parallel_for(int64_t{0}, nw, [&](int64_t i) {
+  tandem::parallel_for(int64_t{0}, nw, [&](int64_t i) {
     update_block(at.window[static_cast<size_t>(i)],
                  i + 1 < nw ? shared_.geo.block
                             : at.window_tokens - static_cast<int32_t>(i) * shared_.geo.block);

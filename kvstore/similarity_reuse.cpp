@@ -2,14 +2,13 @@
 // kept selections.
 #include "kvstore/similarity_reuse.h"
 
-#include <tbb/parallel_for.h>
-
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <numbers>
 
 #include "kernels/common.h"
+#include "kernels/cpu/parallel.h"
 #include "kernels/cpu/simd.h"
 
 namespace tandem {
@@ -65,7 +64,7 @@ std::vector<double> host_mass_share(const BlockAccess& blocks, std::span<const i
   std::vector<double> share(static_cast<size_t>(n_head_q), 0.0);
   if (m == 0 || host_tokens == 0) return share;
   // KV heads are independent: each sums its own query heads' shares.
-  tbb::parallel_for(int32_t{0}, hkv, [&](int32_t g) {
+  tandem::parallel_for(int32_t{0}, hkv, [&](int32_t g) {
     std::vector<float> krow(static_cast<size_t>(d));
     for (int32_t pos = 0; pos < host_tokens; ++pos) {
       const int32_t id = host[static_cast<size_t>(pos / b)];

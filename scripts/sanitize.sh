@@ -5,14 +5,17 @@
 #       and server tests, every error fatal (halt_on_error), leaks reported at exit.
 # fuzz  in the same build (TANDEM_FUZZ: the libFuzzer targets of tests/fuzz/ share it), each
 #       target for TANDEM_FUZZ_SECONDS (default 15) on its seed corpus (scripts/fuzz.sh).
-# tsan  g++, thread sanitizer (TANDEM_TSAN) in build-tsan/: the concurrent parts — host attention
-#       workers, the scheduler, the HTTP server and its connection pool.
+# tsan  g++, thread sanitizer (TANDEM_TSAN) in build-tsan/: the concurrent parts — the engine loop
+#       with cancelling and shutting down streams, host attention workers, the scheduler, the HTTP
+#       server and its connection pool. oneTBB's fork/join edges are made visible to the sanitizer
+#       by kernels/cpu/parallel.h (Debian's libtbb is not instrumented).
 # The slow end-to-end model runs (test_device_placement: bit equality of two backends over many
 # store configurations) are left to the plain build, where they run in full. Under the thread
 # sanitizer a model step is 20-50x slower, so it runs the tests whose point is concurrency and
-# that stay within minutes there: host-attention batches, tickets and jobs (test_host_batch), the
-# scheduler and the HTTP connection layer (test_server_limits); the engine and the e2e model
-# runs time out there (see the tsan stage below).
+# that stay within minutes there: the engine's loop, cancellation and shutdown (test_engine),
+# continuous batching with streams joining and leaving (test_engine_batching, about 70 s),
+# host-attention batches, tickets and jobs (test_host_batch), the scheduler, the HTTP connection
+# layer (test_server_limits) and streamed serving end to end (test_server_e2e_serving, about 70 s).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
@@ -30,7 +33,8 @@ asan_tests="test_buffer test_catch_main test_chat_template test_config_checkpoin
   test_openai_codec test_options test_sampler test_scheduler test_selection test_server_limits
   test_server_e2e_errors test_server_e2e_serving test_tokenizer test_utf8 test_hostile_input
   test_trained_models"
-tsan_tests="test_host_batch test_scheduler test_server_limits"
+tsan_tests="test_engine test_engine_batching test_host_batch test_scheduler test_server_limits
+  test_server_e2e_serving"
 
 # Only tests that exist in this checkout (a list above may name one added later).
 existing() {
@@ -75,10 +79,5 @@ if want tsan; then
   TANDEM_BUILD_DIR="$tsan" TANDEM_BUILD_TARGET="tandem $tests" \
     scripts/build.sh -DTANDEM_CUDA=OFF -DTANDEM_TSAN=ON -DTANDEM_WERROR=OFF
   ctest --test-dir "$tsan" -R "$(regex "$tests")" --output-on-failure -j "$(nproc)"
-  # Not run here: the engine's cross-thread cases (test_engine "[threads]"). Every model step
-  # multiplies on oneTBB, whose spawn/join edges the sanitizer cannot see (Debian's libtbb is
-  # not instrumented), so each access of a matmul task is a race the suppressions then drop, one
-  # report-and-symbolise at a time: the first token of a 100-token prompt took over 120 s
-  # (2026-11-26). They need an instrumented oneTBB or a serial backend for the sanitizer run.
   echo "thread sanitizer: $((SECONDS - start)) s (build and tests)"
 fi

@@ -8,7 +8,6 @@
 // running max and sum (online softmax, float32). When there are few (row, kv head) tasks (decode),
 // the keys are also split into chunks whose partials are merged with merge_partial_row. The split
 // depends only on the problem size, never on the thread count, so results are reproducible.
-#include <tbb/parallel_for.h>
 
 #include <algorithm>
 #include <cmath>
@@ -18,6 +17,7 @@
 
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/host_kernel.h"
+#include "kernels/cpu/parallel.h"
 #include "kernels/cpu/simd.h"
 
 namespace tandem {
@@ -231,7 +231,7 @@ bool attend_shared_prefix(const AttnArgs& a, int64_t n, int64_t hkv,
       (rep > 1 && a.q_s1 != d))
     return false;
   const int64_t tiles = (n + kTileRows - 1) / kTileRows;
-  tbb::parallel_for(int64_t{0}, tiles * hkv, [&](int64_t t) {
+  tandem::parallel_for(int64_t{0}, tiles * hkv, [&](int64_t t) {
     const int64_t g = t % hkv, r0 = (t / hkv) * kTileRows, r1 = std::min(n, r0 + kTileRows);
     const int64_t heads = (r1 - r0) * rep;
     thread_local std::vector<float> qbuf, obuf, lbuf;
@@ -251,7 +251,7 @@ bool attend_shared_prefix(const AttnArgs& a, int64_t n, int64_t hkv,
   });
   if (max_vis == common) return true;
   std::vector<float> part_o(static_cast<size_t>(n * hq * d)), part_l(static_cast<size_t>(n * hq));
-  tbb::parallel_for(int64_t{0}, n * hkv, [&](int64_t t) {
+  tandem::parallel_for(int64_t{0}, n * hkv, [&](int64_t t) {
     const int64_t g = t % hkv, i = t / hkv;
     const int64_t v = vis[static_cast<size_t>(i)];
     if (v == common) return;
@@ -286,7 +286,7 @@ void attention_typed(const AttnArgs& a, int64_t n, int64_t hkv, const std::vecto
     part_o.resize(static_cast<size_t>((nsplit - 1) * n * hq * d));
     part_l.resize(static_cast<size_t>((nsplit - 1) * n * hq));
   }
-  tbb::parallel_for(int64_t{0}, nsplit * n * hkv, [&](int64_t t) {
+  tandem::parallel_for(int64_t{0}, nsplit * n * hkv, [&](int64_t t) {
     const int64_t s = t % nsplit, g = (t / nsplit) % hkv, i = t / (nsplit * hkv);
     const int64_t j0 = std::min(s * chunk, vis[static_cast<size_t>(i)]);
     const int64_t j1 = std::min((s + 1) * chunk, vis[static_cast<size_t>(i)]);
@@ -307,7 +307,7 @@ void attention_typed(const AttnArgs& a, int64_t n, int64_t hkv, const std::vecto
     }
   });
   if (nsplit == 1) return;
-  tbb::parallel_for(int64_t{0}, n * hq, [&](int64_t t) {
+  tandem::parallel_for(int64_t{0}, n * hq, [&](int64_t t) {
     const int64_t i = t / hq, h = t % hq;
     for (int64_t s = 1; s < nsplit; ++s) {
       const int64_t base = ((s - 1) * n + i) * hq + h;

@@ -1,14 +1,13 @@
 // CpuBackend elementwise and row ops: embedding, silu_mul, relu, add, softmax, copy, merge.
 // Views must have a contiguous last dim; leading dims may be strided (handled row by row),
 // fully contiguous views are processed as one flat range in parallel chunks.
-#include <tbb/blocked_range.h>
-#include <tbb/parallel_for.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/parallel.h"
 #include "kernels/cpu/simd.h"
 
 namespace tandem {
@@ -24,7 +23,7 @@ void for_spans(const TensorView& a, const TensorView& b, const TensorView& out, 
   if (total == 0) return;
   if (a.contiguous() && b.contiguous() && out.contiguous()) {
     const int64_t chunks = (total + kChunk - 1) / kChunk;
-    tbb::parallel_for(int64_t{0}, chunks, [&](int64_t c) {
+    tandem::parallel_for(int64_t{0}, chunks, [&](int64_t c) {
       const int64_t o = c * kChunk;
       f(o, o, o, std::min(kChunk, total - o));
     });
@@ -33,7 +32,7 @@ void for_spans(const TensorView& a, const TensorView& b, const TensorView& out, 
   const int64_t rows = cpu::n_rows(a), cols = cpu::n_cols(a);
   const size_t grain =
       static_cast<size_t>(std::max<int64_t>(1, kChunk / std::max<int64_t>(1, cols)));
-  tbb::parallel_for(
+  tandem::parallel_for_range(
       tbb::blocked_range<int64_t>(0, rows, grain), [&](const tbb::blocked_range<int64_t>& br) {
         for (int64_t r = br.begin(); r < br.end(); ++r)
           f(cpu::row_offset(a, r), cpu::row_offset(b, r), cpu::row_offset(out, r), cols);
@@ -126,7 +125,7 @@ void CpuBackend::embedding(const TensorView& ids, const TensorView& table, const
     TANDEM_REQUIRE(ip[i] >= 0 && ip[i] < vocab, kInvalidArgument, "token id ", ip[i],
                    " outside the vocabulary [0, ", vocab, ")");
   const int64_t es = dtype_size(table.dtype);
-  tbb::parallel_for(int64_t{0}, n, [&](int64_t i) {
+  tandem::parallel_for(int64_t{0}, n, [&](int64_t i) {
     cpu::row_to_f32(static_cast<const char*>(table.data) + ip[i] * d * es, table.dtype,
                     cpu::row_f32(out, i), d);
   });
@@ -175,11 +174,11 @@ void CpuBackend::softmax(const TensorView& x) {
   const int64_t rows = cpu::n_rows(x), d = cpu::n_cols(x);
   if (rows == 0 || d == 0) return;
   const size_t grain = static_cast<size_t>(std::max<int64_t>(1, kChunk / d));
-  tbb::parallel_for(tbb::blocked_range<int64_t>(0, rows, grain),
-                    [&](const tbb::blocked_range<int64_t>& br) {
-                      for (int64_t r = br.begin(); r < br.end(); ++r)
-                        softmax_row(cpu::row_f32(x, r), d);
-                    });
+  tandem::parallel_for_range(tbb::blocked_range<int64_t>(0, rows, grain),
+                             [&](const tbb::blocked_range<int64_t>& br) {
+                               for (int64_t r = br.begin(); r < br.end(); ++r)
+                                 softmax_row(cpu::row_f32(x, r), d);
+                             });
 }
 
 void CpuBackend::copy(const TensorView& src, const TensorView& dst) {
@@ -206,7 +205,7 @@ void CpuBackend::merge(const AttnPartial& a, const AttnPartial& b) {
                  "merge lse ", l->describe(), " for o ", a.o.describe());
   const size_t grain =
       static_cast<size_t>(std::max<int64_t>(1, kChunk / std::max<int64_t>(1, heads * d)));
-  tbb::parallel_for(
+  tandem::parallel_for_range(
       tbb::blocked_range<int64_t>(0, n, grain), [&](const tbb::blocked_range<int64_t>& br) {
         for (int64_t i = br.begin(); i < br.end(); ++i) {
           for (int64_t h = 0; h < heads; ++h) {

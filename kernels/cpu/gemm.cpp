@@ -12,8 +12,6 @@
 // The decode paths are AVX2 on every machine. All are parallel over blocks of output rows with
 // oneTBB, in whatever arena is in force. The summation order depends on n only, never on the thread
 // count.
-#include <tbb/blocked_range.h>
-#include <tbb/parallel_for.h>
 
 #include <algorithm>
 #include <type_traits>
@@ -21,6 +19,7 @@
 
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/gemm_prefill.h"
+#include "kernels/cpu/parallel.h"
 #include "kernels/cpu/simd.h"
 
 namespace tandem {
@@ -239,7 +238,7 @@ void matmul_small(const typename E::T* w, int64_t m, int64_t k, const float* x, 
   const int64_t blocks = (m + kRowBlock - 1) / kRowBlock;
   const int64_t block_bytes = kRowBlock * k * static_cast<int64_t>(sizeof(typename E::T));
   const int64_t grain = std::max<int64_t>(1, kGrainBytes / std::max<int64_t>(1, block_bytes));
-  tbb::parallel_for(
+  tandem::parallel_for_range(
       tbb::blocked_range<int64_t>(0, blocks, static_cast<size_t>(grain)),
       [&](const tbb::blocked_range<int64_t>& br) {
         const int64_t r0 = br.begin() * kRowBlock;

@@ -3,15 +3,13 @@
 // accumulators, 2 x vectors and a broadcast in the 16 registers).
 #include "kernels/cpu/gemm_prefill.h"
 
-#include <tbb/blocked_range.h>
-#include <tbb/parallel_for.h>
-
 #include <algorithm>
 #include <array>
 #include <utility>
 #include <vector>
 
 #include "kernels/common.h"
+#include "kernels/cpu/parallel.h"
 #include "kernels/cpu/simd.h"
 
 namespace tandem::cpu {
@@ -68,7 +66,7 @@ constexpr int64_t kPackChunk = 512;  // columns of x per packing task (a multipl
 template <typename F>
 void for_pack_blocks(int64_t n, int64_t k, int nr, const F& f) {
   const int64_t panels = (n + nr - 1) / nr, chunks = (k + kPackChunk - 1) / kPackChunk;
-  tbb::parallel_for(int64_t{0}, panels * chunks, [&](int64_t t) {
+  tandem::parallel_for(int64_t{0}, panels * chunks, [&](int64_t t) {
     const int64_t c0 = t % chunks * kPackChunk;
     f(t / chunks, c0, std::min(k, c0 + kPackChunk));
   });
@@ -290,13 +288,13 @@ void matmul_prefill(Isa isa, DType wt, const void* w, int64_t m, int64_t k, cons
     task.xf = xf_buf.data();
   }
   const int64_t tm = (m + path.mc - 1) / path.mc, tn = (n + path.nc - 1) / path.nc;
-  tbb::parallel_for(tbb::blocked_range<int64_t>(0, tm * tn, 1),
-                    [&](const tbb::blocked_range<int64_t>& br) {
-                      for (int64_t t = br.begin(); t < br.end(); ++t) {
-                        const int64_t j0 = t % tm * path.mc, i0 = t / tm * path.nc;
-                        task.run(j0, std::min(path.mc, m - j0), i0, std::min(path.nc, n - i0));
-                      }
-                    });
+  tandem::parallel_for_range(
+      tbb::blocked_range<int64_t>(0, tm * tn, 1), [&](const tbb::blocked_range<int64_t>& br) {
+        for (int64_t t = br.begin(); t < br.end(); ++t) {
+          const int64_t j0 = t % tm * path.mc, i0 = t / tm * path.nc;
+          task.run(j0, std::min(path.mc, m - j0), i0, std::min(path.nc, n - i0));
+        }
+      });
 }
 
 }  // namespace tandem::cpu

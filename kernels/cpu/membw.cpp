@@ -5,7 +5,6 @@
 #include "kernels/cpu/membw.h"
 
 #include <immintrin.h>
-#include <tbb/parallel_for.h>
 #include <tbb/task_arena.h>
 
 #include <algorithm>
@@ -17,6 +16,7 @@
 
 #include "kernels/buffer.h"
 #include "kernels/common.h"
+#include "kernels/cpu/parallel.h"
 
 namespace tandem {
 namespace {
@@ -96,7 +96,7 @@ double best_rate(int nt, double per_call, F chains) {
   for (int run = 0; run < kRuns; ++run) {
     const auto t0 = std::chrono::steady_clock::now();
     arena.execute([&] {
-      tbb::parallel_for(
+      tandem::parallel_for(
           0, nt, [&](int t) { sums[static_cast<size_t>(t)] = chains(static_cast<float>(t)); },
           tbb::static_partitioner());
     });
@@ -143,7 +143,7 @@ double measure_read_bandwidth_gbs(size_t bytes, int threads) {
   std::vector<float> sums(static_cast<size_t>(nt));
   // Touch every page from the worker that will read it (first-touch placement), non-zero data.
   arena.execute([&] {
-    tbb::parallel_for(
+    tandem::parallel_for(
         0, nt,
         [&](int t) {
           float* p = buf + static_cast<size_t>(t) * slice;
@@ -155,7 +155,7 @@ double measure_read_bandwidth_gbs(size_t bytes, int threads) {
   for (int run = 0; run < kRuns; ++run) {
     const auto t0 = std::chrono::steady_clock::now();
     arena.execute([&] {
-      tbb::parallel_for(
+      tandem::parallel_for(
           0, nt,
           [&](int t) {
             sums[static_cast<size_t>(t)] = read_slice(buf + static_cast<size_t>(t) * slice, slice);

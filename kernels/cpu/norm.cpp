@@ -1,12 +1,11 @@
 // CpuBackend::rms_norm and layer_norm: row-wise over the last dim, float accumulation, parallel
 // over rows. out may alias x: each row is reduced completely before it is written.
-#include <tbb/blocked_range.h>
-#include <tbb/parallel_for.h>
 
 #include <algorithm>
 #include <cmath>
 
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/parallel.h"
 #include "kernels/cpu/simd.h"
 
 namespace tandem {
@@ -78,15 +77,15 @@ void CpuBackend::rms_norm(const TensorView& x, const TensorView& w, float eps,
   const int64_t rows = cpu::n_rows(x), d = cpu::n_cols(x);
   if (rows == 0 || d == 0) return;
   const float* wp = w.as<const float>();
-  tbb::parallel_for(tbb::blocked_range<int64_t>(0, rows, row_grain(d)),
-                    [&](const tbb::blocked_range<int64_t>& br) {
-                      for (int64_t r = br.begin(); r < br.end(); ++r) {
-                        const float* xr = cpu::row_f32(x, r);
-                        const float ms = row_sq_dev(xr, 0.0f, d) / static_cast<float>(d);
-                        const float s = 1.0f / std::sqrt(ms + eps);
-                        row_affine(xr, 0.0f, s, wp, nullptr, cpu::row_f32(out, r), d);
-                      }
-                    });
+  tandem::parallel_for_range(tbb::blocked_range<int64_t>(0, rows, row_grain(d)),
+                             [&](const tbb::blocked_range<int64_t>& br) {
+                               for (int64_t r = br.begin(); r < br.end(); ++r) {
+                                 const float* xr = cpu::row_f32(x, r);
+                                 const float ms = row_sq_dev(xr, 0.0f, d) / static_cast<float>(d);
+                                 const float s = 1.0f / std::sqrt(ms + eps);
+                                 row_affine(xr, 0.0f, s, wp, nullptr, cpu::row_f32(out, r), d);
+                               }
+                             });
 }
 
 void CpuBackend::layer_norm(const TensorView& x, const TensorView& w, const TensorView& b,
@@ -98,17 +97,17 @@ void CpuBackend::layer_norm(const TensorView& x, const TensorView& w, const Tens
   if (rows == 0 || d == 0) return;
   const float* wp = w.as<const float>();
   const float* bp = b.as<const float>();
-  tbb::parallel_for(tbb::blocked_range<int64_t>(0, rows, row_grain(d)),
-                    [&](const tbb::blocked_range<int64_t>& br) {
-                      for (int64_t r = br.begin(); r < br.end(); ++r) {
-                        const float* xr = cpu::row_f32(x, r);
-                        // Two passes (mean, then squared deviations): no cancellation.
-                        const float mean = row_sum(xr, d) / static_cast<float>(d);
-                        const float var = row_sq_dev(xr, mean, d) / static_cast<float>(d);
-                        const float s = 1.0f / std::sqrt(var + eps);
-                        row_affine(xr, mean, s, wp, bp, cpu::row_f32(out, r), d);
-                      }
-                    });
+  tandem::parallel_for_range(tbb::blocked_range<int64_t>(0, rows, row_grain(d)),
+                             [&](const tbb::blocked_range<int64_t>& br) {
+                               for (int64_t r = br.begin(); r < br.end(); ++r) {
+                                 const float* xr = cpu::row_f32(x, r);
+                                 // Two passes (mean, then squared deviations): no cancellation.
+                                 const float mean = row_sum(xr, d) / static_cast<float>(d);
+                                 const float var = row_sq_dev(xr, mean, d) / static_cast<float>(d);
+                                 const float s = 1.0f / std::sqrt(var + eps);
+                                 row_affine(xr, mean, s, wp, bp, cpu::row_f32(out, r), d);
+                               }
+                             });
 }
 
 }  // namespace tandem

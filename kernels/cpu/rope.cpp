@@ -4,14 +4,13 @@
 //   mscale; dims >= rotary_dim are untouched.
 // The angle and its cos/sin are computed in double, so positions up to 128K+ keep float32
 // accuracy (a float32 angle at pos 1e5 is already off by ~4e-3 rad).
-#include <tbb/blocked_range.h>
-#include <tbb/parallel_for.h>
 
 #include <algorithm>
 #include <cmath>
 #include <vector>
 
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/parallel.h"
 #include "kernels/cpu/simd.h"
 
 namespace tandem {
@@ -59,7 +58,7 @@ void CpuBackend::rope(const TensorView& x, const TensorView& pos, const RopeTabl
   const int32_t* pp = pos.as<const int32_t>();
   const size_t grain =
       static_cast<size_t>(std::max<int64_t>(1, 8192 / std::max<int64_t>(1, heads * hd)));
-  tbb::parallel_for(
+  tandem::parallel_for_range(
       tbb::blocked_range<int64_t>(0, n, grain), [&](const tbb::blocked_range<int64_t>& br) {
         thread_local std::vector<float> table;
         table.resize(static_cast<size_t>(2 * half));

@@ -12,7 +12,6 @@
 #include <immintrin.h>
 #include <sys/mman.h>
 #include <tbb/info.h>
-#include <tbb/parallel_for.h>
 
 #include <algorithm>
 #include <chrono>
@@ -29,6 +28,7 @@
 #include "cpu_attn/host_attention.h"
 #include "kernels/common.h"
 #include "kernels/cpu/membw.h"
+#include "kernels/cpu/parallel.h"
 #include "kernels/dtype.h"
 #include "server/tools/commands.h"
 
@@ -84,7 +84,7 @@ struct HostLayer {
     const int64_t bb = s.block_bytes(), es = dtype_size(s.t);
     const int64_t n_blocks = s.batch * s.blocks_per_seq();
     // Fill in parallel (first touch by the workers), one generator per block.
-    tbb::parallel_for(int64_t{0}, n_blocks, [&](int64_t b) {
+    tandem::parallel_for(int64_t{0}, n_blocks, [&](int64_t b) {
       uint64_t x =
           seed * 0x9e3779b97f4a7c15ull + static_cast<uint64_t>(b) * 0xbf58476d1ce4e5b9ull + 1;
       char* p = base + b * bb;
