@@ -12,7 +12,9 @@
 # /tmp/tandem-fuzz/TARGET, kept between runs so coverage accumulates); the repository is never
 # written. Exit status: 0 when the time ran out without a finding; otherwise non-zero, with the
 # reproducer path (crash / leak / timeout / OOM input) printed: rerun it with
-# build-fuzz/tests/fuzz/fuzz_TARGET PATH.
+# build-fuzz/tests/fuzz/fuzz_TARGET PATH. TANDEM_FUZZ_TIMEOUT (default 10) is the seconds one input
+# may take: wall time, so a fuzzer stopped (SIGSTOP) or starved for longer reports a timeout
+# that replays in milliseconds; raise it for long runs on a shared machine.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 build="${TANDEM_BUILD_DIR:-$root/build-fuzz}"
@@ -28,7 +30,7 @@ max_len_of() {
   esac
 }
 
-usage() { sed -n '2,16p' "$0" >&2; exit 2; }
+usage() { sed -n '2,18p' "$0" >&2; exit 2; }
 
 if [[ "${1:-}" == "--list" ]]; then targets; exit 0; fi
 cpu_time=0
@@ -73,7 +75,7 @@ run_one() {
   if [[ $cpu_time -eq 1 ]]; then limit=(); fi
   local t0=$SECONDS
   "$bin" "$work/corpus" "${dict[@]}" "${limit[@]}" -max_len="$(max_len_of "$t")" \
-    -rss_limit_mb=2048 -malloc_limit_mb=2048 -timeout=10 -print_final_stats=1 \
+    -rss_limit_mb=2048 -malloc_limit_mb=2048 -timeout="${TANDEM_FUZZ_TIMEOUT:-10}" -print_final_stats=1 \
     -artifact_prefix="$artifacts" >"$log" 2>&1 &
   local pid=$!
   if [[ $cpu_time -eq 1 ]]; then
