@@ -30,7 +30,7 @@ max_len_of() {
   esac
 }
 
-usage() { sed -n '2,18p' "$0" >&2; exit 2; }
+usage() { sed -n '2,17p' "$0" >&2; exit 2; }
 
 if [[ "${1:-}" == "--list" ]]; then targets; exit 0; fi
 cpu_time=0
