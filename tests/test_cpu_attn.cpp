@@ -19,6 +19,7 @@
 #include "kernels/attn_partial.h"
 #include "kernels/common.h"
 #include "kernels/cpu/host_kernel.h"
+#include "kernels/cpu/isa.h"
 #include "kernels/dtype.h"
 
 using namespace tandem;
@@ -191,38 +192,52 @@ void check_kernel(const HeadKv& head, int32_t G, std::mt19937& rng, float q_amp 
 
 }  // namespace
 
+// Every ISA path the CPU supports (kernels/cpu/isa.h): avx2 always, AVX-512 passes where present.
 TEST_CASE("host_attend_group matches float64 over dtypes, group sizes, head dims, selections") {
-  std::mt19937 rng(1234);
   const std::vector<std::vector<int32_t>> layouts = {
       {64, 64, 37},    // full blocks and a partial last block
       {5},             // less than one chunk
       {1, 16, 17, 3},  // chunks that straddle blocks
   };
-  for (DType t : kKvTypes)
-    for (int32_t d : {16, 32, 64, 128})
-      for (int32_t G : {1, 2, 3, 4, 8})
-        for (const auto& lens : layouts)
-          for (bool select : {false, true}) {
-            const HeadKv head(t, d, lens, rng, select);
-            check_kernel(head, G, rng);
-          }
+  for (cpu::Isa isa : cpu::supported_isas()) {
+    const cpu::ScopedIsa scoped(isa);
+    INFO("isa " << cpu::isa_name(isa));
+    std::mt19937 rng(1234);
+    // 8, 24, 40 and 72: odd multiples of 8 (a masked half vector on the AVX-512 path).
+    for (DType t : kKvTypes)
+      for (int32_t d : {8, 16, 24, 32, 40, 64, 72, 128})
+        for (int32_t G : {1, 2, 3, 4, 8})
+          for (const auto& lens : layouts)
+            for (bool select : {false, true}) {
+              const HeadKv head(t, d, lens, rng, select);
+              check_kernel(head, G, rng);
+            }
+  }
 }
 
 TEST_CASE("host_attend_group: more than 8 heads take several passes") {
-  std::mt19937 rng(99);
-  for (int32_t G : {9, 12, 16}) {
-    const HeadKv head(DType::kBF16, 64, {64, 40}, rng, false);
-    check_kernel(head, G, rng);
+  for (cpu::Isa isa : cpu::supported_isas()) {
+    const cpu::ScopedIsa scoped(isa);
+    INFO("isa " << cpu::isa_name(isa));
+    std::mt19937 rng(99);
+    for (int32_t G : {9, 12, 16}) {
+      const HeadKv head(DType::kBF16, 64, {64, 40}, rng, false);
+      check_kernel(head, G, rng);
+    }
   }
 }
 
 TEST_CASE("host_attend_group: a growing max rescales, large scores do not overflow") {
-  std::mt19937 rng(7);
-  for (DType t : kKvTypes) {
-    const HeadKv growing(t, 64, {64, 64, 64, 64}, rng, false, 0.3, 0.02f);
-    check_kernel(growing, 4, rng);
-    const HeadKv plain(t, 128, {64, 64, 50}, rng, true, 0.5);
-    check_kernel(plain, 2, rng, 40.0f);  // scores of several hundred
+  for (cpu::Isa isa : cpu::supported_isas()) {
+    const cpu::ScopedIsa scoped(isa);
+    INFO("isa " << cpu::isa_name(isa));
+    std::mt19937 rng(7);
+    for (DType t : kKvTypes) {
+      const HeadKv growing(t, 64, {64, 64, 64, 64}, rng, false, 0.3, 0.02f);
+      check_kernel(growing, 4, rng);
+      const HeadKv plain(t, 128, {64, 64, 50}, rng, true, 0.5);
+      check_kernel(plain, 2, rng, 40.0f);  // scores of several hundred
+    }
   }
 }
 

@@ -1,4 +1,5 @@
-// host_attend_group: online-softmax decode attention over gathered host rows, AVX2/FMA/F16C.
+// host_attend_group: online-softmax decode attention over gathered host rows, AVX2/FMA/F16C, with
+// AVX-512 score and value passes (host_kernel_avx512.cpp) where the active ISA has them.
 //
 // Rows are gathered across blocks (and selections) into chunks of kChunkRows row pointers, so a
 // sparse selection still fills whole chunks. Per chunk and per pass over at most kMaxPass query
@@ -24,6 +25,8 @@
 
 #include "kernels/attn_partial.h"
 #include "kernels/common.h"
+#include "kernels/cpu/host_kernel_passes.h"
+#include "kernels/cpu/isa.h"
 #include "kernels/cpu/simd.h"
 
 namespace tandem {
@@ -138,19 +141,21 @@ void value_pass(const typename E::T* const* rows, int32_t nr, const float* p, fl
 }
 
 template <typename E>
-struct PassFns {
-  using T = typename E::T;
-  void (*score)(const T* const*, int32_t, const float*, int32_t, float*, const T* const*, int32_t);
-  void (*value)(const T* const*, int32_t, const float*, float*, int32_t, const T* const*, int32_t);
-};
+using PassFns = cpu::HostPasses<typename E::T>;
 
 template <typename E, int GS>
 constexpr PassFns<E> pass_fns() {
   return {&score_pass<E, GS>, &value_pass<E, GS>};
 }
 
+// The passes for gs heads: AVX-512 ones when the active path has them (kernels/cpu/isa.h).
 template <typename E>
 PassFns<E> pass_fns_for(int gs) {
+  if (cpu::active_isa() >= cpu::Isa::kAvx512) {
+    if constexpr (std::is_same_v<E, cpu::F32>) return cpu::host_passes_avx512_f32(gs);
+    if constexpr (std::is_same_v<E, cpu::BF16>) return cpu::host_passes_avx512_bf16(gs);
+    if constexpr (std::is_same_v<E, cpu::F16>) return cpu::host_passes_avx512_f16(gs);
+  }
   switch (gs) {
     case 1:
       return pass_fns<E, 1>();
