@@ -223,6 +223,15 @@ TEST_CASE("a safetensors shape whose element count overflows is refused", "[host
   }
 }
 
+TEST_CASE("Jinja int filter: a float past the 64-bit range is an error, not a conversion",
+          "[hostile]") {
+  // 2e91 | int converted a double out of int64's range (undefined behaviour; found by fuzz_jinja).
+  CHECK(contains(render_error("{{ 2e91 | int }}"), "outside the 64-bit integer range"));
+  CHECK(contains(render_error("{{ -9.3e18 | int }}"), "outside the 64-bit integer range"));
+  CHECK(ChatTemplate("{{ -9.2e18 | int }} {{ 2.9 | int }} {{ -2.9 | int }}")
+            .render(ojson::object()) == "-9200000000000000000 2 -2");
+}
+
 TEST_CASE("Jinja repetition: overflowing and empty sequences times huge counts", "[hostile]") {
   const auto t0 = std::chrono::steady_clock::now();
   // 4 * 2^62 wrapped around to 0 bytes and passed the size check, then looped 2^62 times.

@@ -199,7 +199,13 @@ Value number_filter(const std::string& name, const Value& v, const CallArgs& a) 
     const double d = v.as_float();
     if (!to_int) return v;
     if (!std::isfinite(d)) return def;
-    return Value::from_int(static_cast<int64_t>(std::trunc(d)));
+    // Python's int() would give a big integer; the interpreter's are 64-bit: say so, never
+    // convert out of range (undefined behaviour; found by fuzz_jinja).
+    const double t = std::trunc(d);
+    if (!(t >= -9223372036854775808.0 && t < 9223372036854775808.0))
+      throw JinjaError("filter 'int': " + to_output_string(v) +
+                       " is outside the 64-bit integer range");
+    return Value::from_int(static_cast<int64_t>(t));
   }
   if (v.is_undefined() || v.is_none()) return def;
   bad_operand(name, v);
