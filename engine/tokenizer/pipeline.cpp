@@ -3,6 +3,7 @@
 // followed unless noted; regexes follow the Rust library (engine/tokenizer/regex.h).
 #include "engine/tokenizer/pipeline.h"
 
+#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "engine/tokenizer/regex.h"
@@ -32,6 +33,15 @@ std::string str_or(const json& j, const char* key, const std::string& fallback) 
 bool bool_or(const json& j, const char* key, bool fallback) {
   const auto it = j.find(key);
   return it != j.end() && it->is_boolean() ? it->get<bool>() : fallback;
+}
+
+// A token id: an integer in [0, 2^31). A float (get<int32_t>() converted 2.6e114 to int:
+// undefined behaviour, found by fuzz_tokenizer_json) or an out-of-range number is refused.
+int32_t token_id(const json& j, const std::string& where, const char* what) {
+  TANDEM_REQUIRE(j.is_number_integer() && j.get<int64_t>() >= 0 &&
+                     j.get<int64_t>() <= std::numeric_limits<int32_t>::max(),
+                 kInvalidArgument, where, ": ", what, " is not a token id: ", j.dump());
+  return static_cast<int32_t>(j.get<int64_t>());
 }
 
 const json& member(const json& j, const char* key, const std::string& where, const char* what) {
@@ -476,7 +486,8 @@ PostProcessor make_post_processor(const json& j, const TokenLookup& lookup,
       const std::string name = item["SpecialToken"]["id"].get<std::string>();
       std::vector<int32_t> ids;
       if (specials != nullptr && specials->contains(name) && (*specials)[name].contains("ids")) {
-        for (const json& id : (*specials)[name]["ids"]) ids.push_back(id.get<int32_t>());
+        for (const json& id : (*specials)[name]["ids"])
+          ids.push_back(token_id(id, where, "special token id"));
       } else {
         ids.push_back(resolve(name));
       }
@@ -490,8 +501,8 @@ PostProcessor make_post_processor(const json& j, const TokenLookup& lookup,
     const json& sep = member(j, "sep", where, type.c_str());
     TANDEM_REQUIRE(cls.is_array() && cls.size() == 2 && sep.is_array() && sep.size() == 2,
                    kInvalidArgument, where, ": ", type, " cls/sep must be [token, id]");
-    pp.prefix.push_back(cls[1].get<int32_t>());
-    pp.suffix.push_back(sep[1].get<int32_t>());
+    pp.prefix.push_back(token_id(cls[1], where, "cls id"));
+    pp.suffix.push_back(token_id(sep[1], where, "sep id"));
     return pp;
   }
   TANDEM_FAIL(kUnsupported, where, ": post_processor type '", type, "' is not supported");
