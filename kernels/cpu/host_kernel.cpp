@@ -41,8 +41,8 @@ constexpr int kMaxPass = 4;  // query heads per pass over a chunk (more would ne
 
 // Prefetches the cache lines holding bytes [p, p + bytes) into L2 (not L1: a prefetch to L1
 // holds one of its few miss buffers until the line arrives, so a chunk's worth of them stalled
-// the loads the FMAs wait for; to L2 the same prefetches took the 32K-context full scan from
-// ~16 to ~24 GB/s with 2 threads, from 45-50% to 75-90% of the read bandwidth, on the AMD EPYC).
+// the loads the FMAs wait for; to L2 the same prefetches took the 32K-context full scan with 2
+// threads from ~16 to 21-27 GB/s on the AMD EPYC (docs/host-attention.md, 2026-11-27).
 inline void prefetch_bytes(const void* p, int32_t bytes) {
   const uintptr_t a = reinterpret_cast<uintptr_t>(p);
   for (uintptr_t line = a & ~uintptr_t{63}; line < a + static_cast<uintptr_t>(bytes); line += 64)
