@@ -353,6 +353,17 @@ TEST_CASE("bad tokenizer files give tandem::Error naming the file", "[tokenizer]
                     "model": {"type": "BPE", "vocab": {"a": 0}, "merges": []}})");
   expect_error([&] { Tokenizer::load(dir); }, ErrorKind::kUnsupported, "NoSuchScript");
 
+  // Metaspace's replacement is a Rust char: an empty one (which once made encoding spin forever;
+  // found by fuzz_tokenizer_json) or two characters are refused, in the pre-tokenizer and decoder.
+  for (const char* part : {"pre_tokenizer", "decoder"})
+    for (const char* rep : {"", "ab"}) {
+      INFO(part << " replacement '" << rep << "'");
+      json bad = {{"model", {{"type", "BPE"}, {"vocab", {{"a", 0}}}, {"merges", json::array()}}},
+                  {part, {{"type", "Metaspace"}, {"replacement", rep}}}};
+      write_file(tj, bad.dump());
+      expect_error([&] { Tokenizer::load(dir); }, ErrorKind::kUnsupported, "must be one character");
+    }
+
   write_file(tj, R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": []}})");
   write_file(dir / "tokenizer_config.json", "{oops");
   expect_error([&] { Tokenizer::load(dir); }, ErrorKind::kInvalidArgument, "tokenizer_config.json");

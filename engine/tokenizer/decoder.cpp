@@ -155,6 +155,7 @@ void DecoderPlan::add(const json& j, const std::string& where) {
   }
   if (type == "Metaspace") {
     TokenStep t{TokenStep::kMetaspace, str_or(j, "replacement", "\xE2\x96\x81")};
+    single_char(t.from, where, "Metaspace replacement");  // a Rust char: exactly one
     const std::string scheme = str_or(j, "prepend_scheme", "");
     const bool add_prefix = j.contains("add_prefix_space") && j["add_prefix_space"].is_boolean()
                                 ? j["add_prefix_space"].get<bool>()

@@ -441,7 +441,13 @@ std::unique_ptr<PreTokenizer> make_pre_tokenizer(const json& j, const std::strin
   if (type == "Metaspace") {
     std::string scheme = str_or(j, "prepend_scheme", "");
     if (scheme.empty()) scheme = bool_or(j, "add_prefix_space", true) ? "always" : "never";
-    return std::make_unique<MetaspacePreTokenizer>(str_or(j, "replacement", "\xE2\x96\x81"), scheme,
+    std::string replacement = str_or(j, "replacement", "\xE2\x96\x81");
+    // A Rust char: exactly one (an empty one made the split loop below spin forever; found by
+    // fuzz_tokenizer_json).
+    TANDEM_REQUIRE(utf8::code_points(replacement).size() == 1, kUnsupported, where,
+                   ": pre_tokenizer Metaspace replacement '", replacement,
+                   "' must be one character");
+    return std::make_unique<MetaspacePreTokenizer>(std::move(replacement), scheme,
                                                    bool_or(j, "split", true));
   }
   TANDEM_FAIL(kUnsupported, where, ": pre_tokenizer type '", type, "' is not supported");
