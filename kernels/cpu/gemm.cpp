@@ -9,15 +9,17 @@
 //    once and dotted with 3 x rows at a time; the group stays in L1/L2 for the next x tiles.
 //  - more rows (prefill): cpu::matmul_prefill (kernels/cpu/gemm_prefill.h), register-tiled
 //    micro-kernels on the run-time path of kernels/cpu/isa.h (AVX2, AVX-512, AVX512_BF16).
-// The decode paths are AVX2 on every machine. All are parallel over blocks of output rows with
-// oneTBB, in whatever arena is in force. The summation order depends on n only, never on the thread
-// count.
+// The decode paths above are AVX2, except for bf16 weights on the avx512bf16 path, where x is
+// rounded to bf16 and multiplied by VDPBF16PS (kernels/cpu/gemm_decode.h). All are parallel over
+// blocks of output rows with oneTBB, in whatever arena is in force. The summation order depends on
+// n only, never on the thread count.
 
 #include <algorithm>
 #include <type_traits>
 #include <vector>
 
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/gemm_decode.h"
 #include "kernels/cpu/gemm_prefill.h"
 #include "kernels/cpu/parallel.h"
 #include "kernels/cpu/simd.h"
@@ -257,13 +259,35 @@ void matmul_small(const typename E::T* w, int64_t m, int64_t k, const float* x, 
       });
 }
 
+// Small n, bf16 weights on the avx512bf16 path: x rounded to bf16 once, then as matmul_small.
+void matmul_small_bf16x(const uint16_t* w, int64_t m, int64_t k, const float* x, int64_t ldx,
+                        int64_t n, const float* bias, float* y, int64_t ldy) {
+  thread_local std::vector<uint16_t> xb;  // the calling thread's; workers read it through `xp`
+  xb.resize(static_cast<size_t>(n * cpu::decode_bf16x_stride(k)));
+  cpu::pack_decode_bf16x(x, ldx, n, k, xb.data());
+  const uint16_t* xp = xb.data();
+  const int64_t blocks = (m + kRowBlock - 1) / kRowBlock;
+  const int64_t grain = std::max<int64_t>(1, kGrainBytes / std::max<int64_t>(1, kRowBlock * k * 2));
+  tandem::parallel_for_range(tbb::blocked_range<int64_t>(0, blocks, static_cast<size_t>(grain)),
+                             [&](const tbb::blocked_range<int64_t>& br) {
+                               const int64_t r0 = br.begin() * kRowBlock;
+                               const int64_t r1 = std::min(m, br.end() * kRowBlock);
+                               cpu::decode_bf16x_rows(w + r0 * k, r1 - r0, k, xp, n,
+                                                      bias != nullptr ? bias + r0 : nullptr, y + r0,
+                                                      ldy);
+                             });
+}
+
 template <typename E>
 void matmul_typed(const TensorView& x, const TensorView& w, const float* bias,
                   const TensorView& y) {
   const int64_t n = x.dim(0), k = x.dim(1), m = w.dim(0);
   const auto* wp = w.as<const typename E::T>();
   const float* xp = x.as<const float>();
-  if (n <= kSmallN) {
+  if (std::is_same_v<E, BF16> && n <= kSmallN && cpu::active_isa() == cpu::Isa::kAvx512Bf16) {
+    matmul_small_bf16x(reinterpret_cast<const uint16_t*>(wp), m, k, xp, x.stride[0], n, bias,
+                       y.as<float>(), y.stride[0]);
+  } else if (n <= kSmallN) {
     std::vector<float> permuted;
     const float* xs = xp;
     int64_t ldxs = x.stride[0];

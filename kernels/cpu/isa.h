@@ -6,7 +6,7 @@
 //   avx2        AVX2 + FMA + F16C (the baseline every build needs)
 //   avx512      + AVX-512 F/BW/VL/DQ with the OS saving the ZMM and mask registers
 //   avx512bf16  + AVX512_BF16 (VDPBF16PS): bf16 weights are multiplied with activations rounded
-//               to bf16 in prefill products (docs/decode-cpu.md)
+//               to bf16 in prefill and decode products (docs/decode-cpu.md)
 // The active path is the best one supported, capped by TANDEM_CPU_ISA=avx2|avx512|avx512bf16;
 // a value that is unknown or above what the CPU supports is reported (once, to stderr) and the
 // best supported path below it is used instead, so no setting can raise SIGILL.
