@@ -364,6 +364,15 @@ TEST_CASE("bad tokenizer files give tandem::Error naming the file", "[tokenizer]
       expect_error([&] { Tokenizer::load(dir); }, ErrorKind::kUnsupported, "must be one character");
     }
 
+  // Added-token ids outside [0, 2^31) are refused, not wrapped onto another token's id.
+  for (const char* id : {"-1", "2147483648", "4294967296"}) {
+    INFO("added token id " << id);
+    write_file(tj, std::string(R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": []},
+                                   "added_tokens": [{"id": )") +
+                       id + R"(, "content": "<x>"}]})");
+    expect_error([&] { Tokenizer::load(dir); }, ErrorKind::kInvalidArgument, "outside [0, 2^31)");
+  }
+
   write_file(tj, R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": []}})");
   write_file(dir / "tokenizer_config.json", "{oops");
   expect_error([&] { Tokenizer::load(dir); }, ErrorKind::kInvalidArgument, "tokenizer_config.json");
