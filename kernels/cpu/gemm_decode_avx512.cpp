@@ -74,7 +74,14 @@ TANDEM_AVX512BF16 void dots(const uint16_t* w, int64_t k, const uint16_t* xb, in
     p += kStep;
     c = 1;
   }
-  if (p < k) step(c, p, static_cast<__mmask32>((uint64_t{1} << (k - p)) - 1));
+  if (p < k) {  // chain indices stay constants, so the accumulators stay in registers
+    const auto tail = static_cast<__mmask32>((uint64_t{1} << (k - p)) - 1);
+    if (c == 0) {
+      step(0, p, tail);
+    } else {
+      step(1, p, tail);
+    }
+  }
 #pragma GCC unroll 4
   for (int r = 0; r < R; ++r)
 #pragma GCC unroll 4
