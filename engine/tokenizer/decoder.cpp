@@ -45,14 +45,6 @@ int int_or(const json& j, const char* key, int fallback) {
   return it != j.end() && it->is_number_integer() ? it->get<int>() : fallback;
 }
 
-// The single code point of s, or fails.
-char32_t single_char(const std::string& s, const std::string& where, const char* what) {
-  const std::vector<char32_t> cps = utf8::code_points(s);
-  TANDEM_REQUIRE(cps.size() == 1, kUnsupported, where, ": decoder ", what, " '", s,
-                 "' must be one character");
-  return cps[0];
-}
-
 // "<0xNN>" -> NN, else -1 (strict two hex digits, as the Rust library parses them).
 int byte_token(std::string_view t) {
   if (t.size() != 6 || t.substr(0, 3) != "<0x" || t[5] != '>') return -1;
@@ -121,14 +113,14 @@ void DecoderPlan::add(const json& j, const std::string& where) {
       token_steps_.push_back({TokenStep::kReplace, from, to});
     } else {
       CharStep c{CharStep::kReplace};
-      c.from = single_char(from, where, "Replace pattern");
+      c.from = single_char(from, where, "decoder Replace pattern");
       c.to = utf8::code_points(to);
       char_steps_.push_back(std::move(c));
     }
     return;
   }
   if (type == "Strip") {
-    const char32_t content = single_char(str_or(j, "content", " "), where, "Strip content");
+    const char32_t content = single_char(str_or(j, "content", " "), where, "decoder Strip content");
     const int start = int_or(j, "start", 0), stop = int_or(j, "stop", 0);
     if (!fused_) {
       TokenStep t{TokenStep::kStrip};
@@ -155,7 +147,7 @@ void DecoderPlan::add(const json& j, const std::string& where) {
   }
   if (type == "Metaspace") {
     TokenStep t{TokenStep::kMetaspace, str_or(j, "replacement", "\xE2\x96\x81")};
-    single_char(t.from, where, "Metaspace replacement");  // a Rust char: exactly one
+    single_char(t.from, where, "decoder Metaspace replacement");
     const std::string scheme = str_or(j, "prepend_scheme", "");
     const bool add_prefix = j.contains("add_prefix_space") && j["add_prefix_space"].is_boolean()
                                 ? j["add_prefix_space"].get<bool>()

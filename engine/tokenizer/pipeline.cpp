@@ -15,6 +15,23 @@ namespace tandem::tok {
 
 using json = nlohmann::json;
 
+// A float (get<int32_t>() converted 2.6e114 to int: undefined behaviour, found by
+// fuzz_tokenizer_json) or an out-of-range number (it would wrap onto another id) is refused.
+int32_t token_id(const json& j, const std::string& where, const std::string& what) {
+  TANDEM_REQUIRE(j.is_number_integer() && j.get<int64_t>() >= 0 &&
+                     j.get<int64_t>() <= std::numeric_limits<int32_t>::max(),
+                 kInvalidArgument, where, ": ", what, " ", j.dump(),
+                 " is not a token id (not an integer, or outside [0, 2^31))");
+  return static_cast<int32_t>(j.get<int64_t>());
+}
+
+char32_t single_char(const std::string& s, const std::string& where, const std::string& what) {
+  const std::vector<char32_t> cps = utf8::code_points(s);
+  TANDEM_REQUIRE(cps.size() == 1, kUnsupported, where, ": ", what, " '", s,
+                 "' must be one character");
+  return cps[0];
+}
+
 namespace {
 
 std::string type_of(const json& j, const std::string& where, const char* what) {
@@ -33,15 +50,6 @@ std::string str_or(const json& j, const char* key, const std::string& fallback) 
 bool bool_or(const json& j, const char* key, bool fallback) {
   const auto it = j.find(key);
   return it != j.end() && it->is_boolean() ? it->get<bool>() : fallback;
-}
-
-// A token id: an integer in [0, 2^31). A float (get<int32_t>() converted 2.6e114 to int:
-// undefined behaviour, found by fuzz_tokenizer_json) or an out-of-range number is refused.
-int32_t token_id(const json& j, const std::string& where, const char* what) {
-  TANDEM_REQUIRE(j.is_number_integer() && j.get<int64_t>() >= 0 &&
-                     j.get<int64_t>() <= std::numeric_limits<int32_t>::max(),
-                 kInvalidArgument, where, ": ", what, " is not a token id: ", j.dump());
-  return static_cast<int32_t>(j.get<int64_t>());
 }
 
 const json& member(const json& j, const char* key, const std::string& where, const char* what) {
@@ -442,11 +450,9 @@ std::unique_ptr<PreTokenizer> make_pre_tokenizer(const json& j, const std::strin
     std::string scheme = str_or(j, "prepend_scheme", "");
     if (scheme.empty()) scheme = bool_or(j, "add_prefix_space", true) ? "always" : "never";
     std::string replacement = str_or(j, "replacement", "\xE2\x96\x81");
-    // A Rust char: exactly one (an empty one made the split loop below spin forever; found by
+    // Exactly one character (an empty one made the split loop spin forever; found by
     // fuzz_tokenizer_json).
-    TANDEM_REQUIRE(utf8::code_points(replacement).size() == 1, kUnsupported, where,
-                   ": pre_tokenizer Metaspace replacement '", replacement,
-                   "' must be one character");
+    single_char(replacement, where, "pre_tokenizer Metaspace replacement");
     return std::make_unique<MetaspacePreTokenizer>(std::move(replacement), scheme,
                                                    bool_or(j, "split", true));
   }

@@ -18,6 +18,13 @@ namespace tandem::tok {
 
 using TokenLookup = std::function<std::optional<int32_t>(std::string_view)>;
 
+// Checked readers of tokenizer.json fields, shared by the loaders (pipeline.cpp, decoder.cpp,
+// tokenizer.cpp); a bad value is refused naming `where` (the file) and `what` (the field).
+// A token id: an integer in [0, 2^31) (kInvalidArgument).
+int32_t token_id(const nlohmann::json& j, const std::string& where, const std::string& what);
+// The single code point of s, for fields that are a Rust `char` (kUnsupported).
+char32_t single_char(const std::string& s, const std::string& where, const std::string& what);
+
 // GPT-2's reversible byte <-> printable character map used by ByteLevel.
 const std::string& byte_to_unicode_utf8(uint8_t b);
 // The byte for a ByteLevel character, or -1.

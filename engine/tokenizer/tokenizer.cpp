@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <fstream>
-#include <limits>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <unordered_map>
@@ -171,13 +170,8 @@ std::shared_ptr<TokenizerImpl> build(const json& tj, const json* config, const s
       TANDEM_REQUIRE(a.is_object() && a.contains("id") && a.contains("content") &&
                          a["content"].is_string() && a["id"].is_number_integer(),
                      kInvalidArgument, where, ": added token without id/content");
-      // The id as read (int64), range-checked before it narrows: an id past 2^31 would
-      // otherwise wrap to another token's.
-      const int64_t id = a["id"].get<int64_t>();
-      TANDEM_REQUIRE(id >= 0 && id <= std::numeric_limits<int32_t>::max(), kInvalidArgument, where,
-                     ": added token '", a["content"].get<std::string>(), "' has id ",
-                     a["id"].dump(), ", outside [0, 2^31)");
-      AddedToken t{static_cast<int32_t>(id), a["content"].get<std::string>(),
+      const std::string content = a["content"].get<std::string>();
+      AddedToken t{token_id(a["id"], where, "added token '" + content + "' id"), content,
                    a.value("special", false), a.value("lstrip", false), a.value("rstrip", false)};
       max_id = std::max(max_id, t.id);
       const size_t index = impl->added.size();

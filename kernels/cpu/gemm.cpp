@@ -232,31 +232,37 @@ void rows_times_x(const typename E::T* w, int64_t rows, int64_t k, const float* 
   for (; r < rows; ++r) tile.template operator()<1>(r);
 }
 
-// Small n: parallel over blocks of kRowBlock weight rows, each streamed once.
+// Small n: fn(r0, r1) over weight rows [r0, r1) in parallel, in blocks of kRowBlock rows (of
+// row_bytes each), at least kGrainBytes of weights per task.
+template <typename Fn>
+void for_row_blocks(int64_t m, int64_t row_bytes, const Fn& fn) {
+  const int64_t blocks = (m + kRowBlock - 1) / kRowBlock;
+  const int64_t grain =
+      std::max<int64_t>(1, kGrainBytes / std::max<int64_t>(1, kRowBlock * row_bytes));
+  tandem::parallel_for_range(tbb::blocked_range<int64_t>(0, blocks, static_cast<size_t>(grain)),
+                             [&](const tbb::blocked_range<int64_t>& br) {
+                               fn(br.begin() * kRowBlock, std::min(m, br.end() * kRowBlock));
+                             });
+}
+
+// Small n: blocks of weight rows, each row streamed once.
 template <typename E>
 void matmul_small(const typename E::T* w, int64_t m, int64_t k, const float* x, int64_t ldx,
                   const float* xs, int64_t ldxs, int64_t n, const float* bias, float* y,
                   int64_t ldy) {
-  const int64_t blocks = (m + kRowBlock - 1) / kRowBlock;
-  const int64_t block_bytes = kRowBlock * k * static_cast<int64_t>(sizeof(typename E::T));
-  const int64_t grain = std::max<int64_t>(1, kGrainBytes / std::max<int64_t>(1, block_bytes));
-  tandem::parallel_for_range(
-      tbb::blocked_range<int64_t>(0, blocks, static_cast<size_t>(grain)),
-      [&](const tbb::blocked_range<int64_t>& br) {
-        const int64_t r0 = br.begin() * kRowBlock;
-        const int64_t r1 = std::min(m, br.end() * kRowBlock);
-        const float* b0 = bias != nullptr ? bias + r0 : nullptr;
-        switch (n) {
-          case 1:
-            return stream_rows<E, 1>(w + r0 * k, r1 - r0, k, xs, ldxs, b0, y + r0, ldy);
-          case 2:
-            return stream_rows<E, 2>(w + r0 * k, r1 - r0, k, xs, ldxs, b0, y + r0, ldy);
-          case 3:
-            return stream_rows<E, 3>(w + r0 * k, r1 - r0, k, xs, ldxs, b0, y + r0, ldy);
-          default:
-            return rows_times_x<E>(w + r0 * k, r1 - r0, k, x, ldx, n, b0, y + r0, ldy);
-        }
-      });
+  for_row_blocks(m, k * static_cast<int64_t>(sizeof(typename E::T)), [&](int64_t r0, int64_t r1) {
+    const float* b0 = bias != nullptr ? bias + r0 : nullptr;
+    switch (n) {
+      case 1:
+        return stream_rows<E, 1>(w + r0 * k, r1 - r0, k, xs, ldxs, b0, y + r0, ldy);
+      case 2:
+        return stream_rows<E, 2>(w + r0 * k, r1 - r0, k, xs, ldxs, b0, y + r0, ldy);
+      case 3:
+        return stream_rows<E, 3>(w + r0 * k, r1 - r0, k, xs, ldxs, b0, y + r0, ldy);
+      default:
+        return rows_times_x<E>(w + r0 * k, r1 - r0, k, x, ldx, n, b0, y + r0, ldy);
+    }
+  });
 }
 
 // Small n, bf16 weights on the avx512bf16 path: x rounded to bf16 once, then as matmul_small.
@@ -266,16 +272,10 @@ void matmul_small_bf16x(const uint16_t* w, int64_t m, int64_t k, const float* x,
   xb.resize(static_cast<size_t>(n * cpu::decode_bf16x_stride(k)));
   cpu::pack_decode_bf16x(x, ldx, n, k, xb.data());
   const uint16_t* xp = xb.data();
-  const int64_t blocks = (m + kRowBlock - 1) / kRowBlock;
-  const int64_t grain = std::max<int64_t>(1, kGrainBytes / std::max<int64_t>(1, kRowBlock * k * 2));
-  tandem::parallel_for_range(tbb::blocked_range<int64_t>(0, blocks, static_cast<size_t>(grain)),
-                             [&](const tbb::blocked_range<int64_t>& br) {
-                               const int64_t r0 = br.begin() * kRowBlock;
-                               const int64_t r1 = std::min(m, br.end() * kRowBlock);
-                               cpu::decode_bf16x_rows(w + r0 * k, r1 - r0, k, xp, n,
-                                                      bias != nullptr ? bias + r0 : nullptr, y + r0,
-                                                      ldy);
-                             });
+  for_row_blocks(m, k * 2, [&](int64_t r0, int64_t r1) {
+    cpu::decode_bf16x_rows(w + r0 * k, r1 - r0, k, xp, n, bias != nullptr ? bias + r0 : nullptr,
+                           y + r0, ldy);
+  });
 }
 
 template <typename E>

@@ -132,11 +132,8 @@ TANDEM_AVX512BF16 void tiled(const uint16_t* w, int64_t rows, int64_t k, const u
 void pack_decode_bf16x(const float* x, int64_t ldx, int64_t n, int64_t k, uint16_t* xb) {
   const int64_t xs = decode_bf16x_stride(k);
   for (int64_t i = 0; i < n; ++i) {
-    const float* xr = x + i * ldx;
     uint16_t* out = xb + i * xs;
-    int64_t p = 0;
-    for (; p + 8 <= k; p += 8) store8_bf16(out + p, load8_f32(xr + p));
-    for (; p < k; ++p) out[p] = f32_to_bf16(xr[p]);
+    row_from_f32(x + i * ldx, out, DType::kBF16, k);
     std::memset(out + k, 0, static_cast<size_t>(xs - k) * sizeof(uint16_t));
   }
 }
