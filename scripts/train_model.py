@@ -75,6 +75,7 @@ from train_model.data import load_or_build_corpus, make_heldout_stream, make_str
 from train_model.evaluate import evaluate
 from train_model.export import export_checkpoint, write_fixture
 from train_model.hf_format import hf_name, tokenizer_json
+from train_model.circuits import plant_induction_head, plant_prev_token_head
 from train_model.kv_recall import KvTask
 from train_model.log import log
 from train_model.model import Llama
@@ -120,6 +121,10 @@ def main():
                     help="recall-kv: lines `key value` instead of `key: value`")
     ap.add_argument("--init-embed-from",
                     help="recall-kv: model folder whose token embeddings (only) to start from")
+    ap.add_argument("--plant", choices=["prev", "induction"],
+                    help="recall-kv: start with layer 0's previous-token heads (prev), and also "
+                         "layer 1's induction heads (induction), set by hand "
+                         "(train_model/circuits.py)")
     ap.add_argument("--probe-every", type=int, default=0,
                     help="recall-kv: score evaluation prompts every N steps (0: never)")
     ap.add_argument("--no-ppl", action="store_true",
@@ -212,6 +217,10 @@ def new_model(args, c):
         t = read_safetensors(os.path.join(args.init_embed_from, "model.safetensors"))
         with torch.no_grad():
             model.embed_tokens.weight.copy_(t[hf_name("embed_tokens.weight")])
+    if getattr(args, "plant", None) and not args.resume:
+        log(f"planted previous-token heads: {plant_prev_token_head(model, c)}")
+        if args.plant == "induction":
+            log(f"planted induction heads: {plant_induction_head(model, c)}")
     model.to(args.device)
     log(f"{sum(p.numel() for p in model.parameters())} parameters")
     return model

@@ -48,6 +48,6 @@ PRESETS = {
                                   (0.75, 2048, 2), (0.9, 4096, 1)],
                       eval_contexts=[512, 1024, 2048, 4096],
                       eval_depths=[0.0, 0.25, 0.5, 0.75, 1.0],
-                      eval_n=50, eval_seed=20261127, jsonl_n=8,
+                      eval_n=50, eval_seed=20261127, jsonl_n=16,
                       probe_contexts=[256, 512, 1024, 2048, 4096], probe_n=16),
 }
