@@ -275,6 +275,9 @@ constexpr OptionSpec kOptions[] = {
          "(default: recall-eval.jsonl in the model folder)"),
     integer("max-samples", kEvalRecall, kCmd, "N", "", 1, 1 << 30,
             "samples evaluated at most (spread over the cells: every k-th line)"),
+    integer("decode-last", kEvalRecall, kCmd, "N", "1", 0, 1 << 24,
+            "the prompt's last N tokens go through decode steps, so that the KV policy decides "
+            "the first answer token too (0: the whole prompt prefilled, exact attention)"),
 
     // ---- bench-decode ----
     int_list("batch", kBenchDecode, kCmd, "B,B", "1,8", 1, 1 << 24,

@@ -67,6 +67,11 @@ TEST_CASE("eval-recall: the exact policies score the dense answers, wrong ones s
   CHECK(dense["samples"] == 4);
   REQUIRE(dense["cells"].size() == 4);
   CHECK(dense["by_context"].size() == 2);
+  CHECK(dense["decode_last"] == 1);  // the prompt's last token went through a decode step
+  const nlohmann::json prefilled =
+      eval_recall("--file " + (dir / "good.jsonl").string() + " --dense --decode-last 0");
+  CHECK(prefilled["accuracy"] == 1.0);
+  CHECK(prefilled["decode_last"] == 0);
   const nlohmann::json full =
       eval_recall("--file " + (dir / "good.jsonl").string() + hybrid + " --sparse full");
   CHECK(full["accuracy"] == 1.0);

@@ -81,6 +81,7 @@ int cmd_eval_recall(const Options& f) {
       some.push_back(std::move(samples[static_cast<size_t>(static_cast<double>(i) * step)]));
     samples = std::move(some);
   }
+  const int64_t decode_last = f.integer("decode-last", 1);
   int32_t longest = 0;
   for (const RecallSample& s : samples)
     longest = std::max(longest, static_cast<int32_t>(s.prompt.size() + s.answer.size()));
@@ -100,8 +101,16 @@ int cmd_eval_recall(const Options& f) {
   const auto t0 = std::chrono::steady_clock::now();
   for (const RecallSample& s : samples) {
     auto kv = store.new_sequence(longest);
-    StepSequence step{kv.get(), std::span<const int32_t>(s.prompt), false, false, true};
+    // The prompt but its last decode_last tokens is prefilled (exact); those go through decode
+    // steps, so that the policy decides the first answer token too.
+    const std::span<const int32_t> prompt(s.prompt);
+    const size_t tail = std::min(static_cast<size_t>(decode_last), prompt.size() - 1);
+    StepSequence step{kv.get(), prompt.first(prompt.size() - tail), false, false, true};
     TensorView logits = model->forward(std::span<const StepSequence>(&step, 1));
+    for (size_t i = prompt.size() - tail; i < prompt.size(); ++i) {
+      step = StepSequence{kv.get(), prompt.subspan(i, 1), false, true, false};
+      logits = model->forward(std::span<const StepSequence>(&step, 1));
+    }
     bool ok = true;
     std::vector<int32_t> got;
     for (size_t i = 0; i < s.answer.size(); ++i) {
@@ -142,6 +151,7 @@ int cmd_eval_recall(const Options& f) {
       {"file", path},
       {"kv", kv_cfg.describe()},
       {"samples", samples.size()},
+      {"decode_last", decode_last},
       {"accuracy", static_cast<double>(correct) / static_cast<double>(samples.size())},
       {"by_context", jx},
       {"cells", jc},
