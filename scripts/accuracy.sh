@@ -9,6 +9,8 @@
 # long held-out files that MODEL_DIR/eval.json lists (long_files, from /usr/lib/python3.11), so a
 # model trained by scripts/train_model.py is measured on text it never saw, e.g.
 #   scripts/accuracy.sh models/tandem-long heldout:3 4096 64
+# `scripts/accuracy.sh --policies [RECALL_DIR [LONG_DIR]]` writes the table of every policy and
+# option at 25% and 12.5% device budgets (docs/accuracy/policies.md, scripts/accuracy_policies.py).
 # `scripts/accuracy.sh --assemble` only rebuilds docs/accuracy.md (after editing notes.md).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -30,6 +32,24 @@ assemble() {
 }
 
 if [[ "${1:-}" == --assemble ]]; then assemble; exit 0; fi
+if [[ "${1:-}" == --policies ]]; then
+  # Every policy and option at 25% and 12.5% device budgets: needle accuracy on a recall model,
+  # perplexity on a language model (scripts/accuracy_policies.py).
+  recall="${2:-models/tandem-recall}"
+  long="${3:-models/tandem-long}"
+  [[ -x build/tandem ]] || scripts/build.sh >&2
+  mapfile -t files < <(python3 -c 'import json, sys
+print("\n".join(json.load(open(sys.argv[1]))["long_files"][:3]))' "$long/eval.json")
+  text=$(mktemp /tmp/tandem-heldout.XXXXXX)
+  trap 'rm -f "$text"' EXIT
+  for f in "${files[@]}"; do head -c 16000 "/usr/lib/python3.11/$f"; done > "$text"
+  mkdir -p docs/accuracy
+  python3 scripts/accuracy_policies.py --recall "$recall" --long "$long" --text "$text" \
+    --text-label "the first 16,000 bytes of each of ${files[*]} (held-out)" \
+    --out docs/accuracy/policies
+  assemble
+  exit 0
+fi
 model="${1:-../shared/models/tinystories-656k}"
 text="${2:-tests/fixtures/text/tinystories-sampled.txt}"
 ctx="${3:-512}"
