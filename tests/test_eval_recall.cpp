@@ -91,3 +91,33 @@ TEST_CASE("eval-recall: the exact policies score the dense answers, wrong ones s
   CHECK(std::system(cmd.c_str()) != 0);
   fs::remove_all(dir);
 }
+
+TEST_CASE("eval-recall on tandem-recall: far needles need the host tier", "[eval-recall]") {
+  // The bundled recall model answers every dense sample of this spread (every 32nd prompt of
+  // the replay set: 512-4096 tokens, needles at every depth); the exact hybrid split answers the
+  // same ones, a device window of 256 tokens without the host tier loses every needle outside it,
+  // and topk finds some of those in the host tier.
+  const std::string model = repo_path("models/tandem-recall").string();
+  auto run = [&](const std::string& args) {
+    const fs::path out =
+        fs::temp_directory_path() / ("tandem-eval-recall-m-" + std::to_string(getpid()));
+    const std::string cmd = std::string(TANDEM_TANDEM_BIN) + " eval-recall --model " + model +
+                            " --max-samples 10 --threads 2 " + args + " >" + out.string() +
+                            " 2>/dev/null";
+    REQUIRE(std::system(cmd.c_str()) == 0);
+    std::ifstream in(out);
+    nlohmann::json j = nlohmann::json::parse(in);
+    fs::remove(out);
+    return j;
+  };
+  const nlohmann::json dense = run("--dense");
+  CHECK(dense["samples"] == 10);
+  CHECK(dense["accuracy"] == 1.0);
+  const std::string hybrid = "--window 256 --block 32 --cpu-attn parallel ";
+  const nlohmann::json full = run(hybrid + "--sparse full");
+  CHECK(full["accuracy"] == 1.0);
+  const nlohmann::json window = run(hybrid + "--sparse topk --topk-blocks 0");
+  CHECK(window["accuracy"].get<double>() <= 0.5);
+  const nlohmann::json topk = run(hybrid + "--sparse topk --topk-blocks 8");
+  CHECK(topk["accuracy"].get<double>() > window["accuracy"].get<double>());
+}
