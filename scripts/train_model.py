@@ -13,9 +13,11 @@ Usage (Debian's python3-torch; paths are relative to the repository root):
     # tandem-recall: tandem-long fine-tuned on passkey retrieval up to 4096 tokens
     /usr/bin/python3 scripts/train_model.py --preset recall --steps N --skip-generated \
         --init-from models/tandem-long --out models/tandem-recall --work /work/train/recall
-    # tandem-recall (key-value recall, from scratch with tandem-demo's tokenizer; no corpus)
-    /usr/bin/python3 scripts/train_model.py --preset recall-kv --steps N --threads 1 \
-        --out models/tandem-recall --work /work/train/kv --probe-every 100
+    # tandem-recall (key-value recall, from scratch with tandem-demo's tokenizer and a planted
+    # induction circuit; no corpus; the exact runs are in models/tandem-recall/README.md)
+    /usr/bin/python3 scripts/train_model.py --preset recall-kv --steps 600 --threads 1 \
+        --no-colon --rope-theta 1e8 --plant induction --out models/tandem-recall \
+        --work /work/train/kv --probe-every 100
 
 The model cards give the exact commands and step counts of the committed models.  Debian's
 python3-torch multiplies matrices with the reference (netlib) BLAS, about 3 GFLOP/s on two
