@@ -100,8 +100,8 @@ class HybridKv final : public SequenceKv {
 
   // Blocks held per tier (all layers).
   int64_t device_blocks() const;
-  // Device blocks (all layers) a sequence of `tokens` tokens holds under cfg (a sequence whose
-  // capacity is `tokens`: its resident reserve included).
+  // Device blocks (all layers) a sequence of `tokens` tokens holds under cfg (its resident
+  // reserve included).
   static int64_t device_blocks_for(const KvConfig& cfg, int32_t n_layer, int32_t tokens) {
     return (TableGeometry(cfg).counts(tokens).device_blocks + resident_reserve(cfg, tokens)) *
            n_layer;
@@ -116,9 +116,14 @@ class HybridKv final : public SequenceKv {
   HybridShared& shared() const { return shared_; }
 
   // ---- --device-budget: the resident set (kvstore/resident.h, resident.cpp) ----
-  // Whether its device blocks are reserved (at the sequence's first last-prefill or decode step).
-  bool has_reserve() const { return !resident_.empty(); }
-  // Takes `blocks` device blocks per layer for the resident set (the step's plan counted them).
+  // Device blocks per layer held for the resident set (resident_reserve of its length, taken
+  // by its last prefill chunk and decode steps).
+  int32_t reserved() const {
+    return resident_.empty() ? 0 : static_cast<int32_t>(resident_[0].dev.size());
+  }
+  bool has_reserve() const { return reserved() > 0; }
+  // Takes `blocks` more device blocks per layer for the resident set, empty (the step's plan
+  // counted them).
   void reserve_resident(int32_t blocks);
   ResidentLayer& resident(int32_t layer) { return resident_[static_cast<size_t>(layer)]; }
   const ResidentLayer& resident(int32_t layer) const {

@@ -45,10 +45,16 @@ void HybridRunner::account_topk(int32_t layer) {
       r.ratio_sum += ratio;
       r.ratio_last = ratio;
     }
-    if (recall_due(cfg, r)) {
+    const size_t nb = spans.host.size();
+    const bool due = recall_due(cfg, r);
+    // Slots reserved since the last choice (the host grew) are filled at once, the blocks in
+    // place kept: not a recall, and whatever the interval.
+    const size_t filled = static_cast<size_t>(
+        std::count_if(r.host.begin(), r.host.end(), [](int32_t j) { return j >= 0; }));
+    const bool fill = !due && filled < r.host.size() && filled < nb;
+    if (due || fill) {
       // The step's top-k bounds summed over KV heads, and the union of the heads' selections,
       // over the host blocks the step selected from (blocks evicted since come at a later recall).
-      const size_t nb = spans.host.size();
       score.assign(nb, 0.0f);
       in_union.assign(nb, 0);
       resident.assign(nb, 0);
@@ -60,9 +66,15 @@ void HybridRunner::account_topk(int32_t layer) {
       }
       for (int32_t j : r.host)
         if (j >= 0 && static_cast<size_t>(j) < nb) resident[static_cast<size_t>(j)] = 1;
-      const std::vector<int32_t> set =
-          choose_recall(score, in_union, resident, static_cast<int32_t>(r.dev.size()));
+      // A fill ranks the resident blocks first (all kept), then the union, then the rest.
+      const int32_t slots = static_cast<int32_t>(r.dev.size());
+      const std::vector<int32_t> set = due ? choose_recall(score, in_union, resident, slots)
+                                           : choose_recall(score, resident, in_union, slots);
       kv.place_resident(sh_.backend, layer, assign_slots(r.host, set));
+      if (fill) {
+        a = e;
+        continue;
+      }
       if (r.chosen)
         for (HostStats* t : {&st, &sh_.totals}) {
           ++t->recalls;

@@ -38,12 +38,15 @@ StepPlan plan_hybrid(const HybridShared& shared, int64_t device_free,
     s.request = r;
     TierDelta dev, host;
     shared.geo.growth(r.kv != nullptr ? r.kv->length() : 0, r.tokens, dev, host, s.evictions);
-    // --device-budget: the resident set's blocks, reserved by the sequence's first last-prefill
-    // chunk or decode step (sized by its capacity; a sequence not created yet: by its tokens).
-    // This store's sequences are all HybridKv.
+    // --device-budget: the resident set's blocks, reserved by the prompt's last prefill chunk and
+    // grown by decode steps as host blocks arrive (kvstore/resident.h). This store's sequences
+    // are all HybridKv.
     const auto* kv = static_cast<const HybridKv*>(r.kv);
-    if ((r.observe || r.decode) && (kv == nullptr || !kv->has_reserve()))
-      s.reserve = resident_reserve(shared.cfg, kv != nullptr ? kv->capacity() : r.tokens);
+    if (r.observe || r.decode) {
+      const int64_t length = (kv != nullptr ? kv->length() : 0) + int64_t{r.tokens};
+      s.reserve =
+          std::max(0, resident_reserve(shared.cfg, length) - (kv != nullptr ? kv->reserved() : 0));
+    }
     dev.alloc += s.reserve;
     s.device = {dev.alloc * layers, dev.freed * layers};
     s.host = {host.alloc * layers, host.freed * layers};

@@ -151,8 +151,20 @@ KvStore::KvStore(Backend& backend, const KvShape& shape, const KvConfig& cfg, in
       scatter = scatter_.get();
     }
   }
-  shared_.reset(new HybridShared{backend_, shape_, cfg_, TableGeometry(cfg_), blocks, *rows_,
-                                 scatter, *host_attn_, staging_, nullptr, nullptr, 0, 0, {}});
+  shared_.reset(new HybridShared{backend_,
+                                 shape_,
+                                 cfg_,
+                                 TableGeometry(cfg_),
+                                 blocks,
+                                 *rows_,
+                                 scatter,
+                                 *host_attn_,
+                                 staging_,
+                                 nullptr,
+                                 nullptr,
+                                 0,
+                                 0,
+                                 {}});
   if (cfg_.prefix_cache) {
     // Everything that changes the bytes of a cached block: its geometry and dtype (one store
     // serves one model, so the model needs no name here).

@@ -10,11 +10,11 @@
 
 namespace tandem {
 
-int32_t resident_reserve(const KvConfig& cfg, int64_t capacity) {
+int32_t resident_reserve(const KvConfig& cfg, int64_t length) {
   const int32_t b = resident_blocks(cfg);
   if (b == 0) return 0;
   return static_cast<int32_t>(
-      std::min<int64_t>(b, TableGeometry(cfg).counts(std::max<int64_t>(capacity, 0)).host_blocks));
+      std::min<int64_t>(b, TableGeometry(cfg).counts(std::max<int64_t>(length, 0)).host_blocks));
 }
 
 void summed_bounds(const BlockAccess& blocks, std::span<const int32_t> host, const float* q,
@@ -86,18 +86,16 @@ bool recall_due(const KvConfig& cfg, const ResidentLayer& r) {
 // ---- HybridKv's side ----
 
 void HybridKv::reserve_resident(int32_t blocks) {
-  TANDEM_CHECK(resident_.empty(), "a resident set reserved twice");
   TANDEM_CHECK(!shared_.blocks.device.mirrored(), "resident blocks on a mirrored device pool");
   resident_.resize(static_cast<size_t>(shared_.shape.n_layer));
-  for (ResidentLayer& r : resident_) {
+  for (ResidentLayer& r : resident_)
     for (int32_t i = 0; i < blocks; ++i) {
       const int32_t id = shared_.blocks.device.alloc();
       // The step's plan counted these blocks before it started.
       TANDEM_CHECK(id >= 0, "device pool exhausted reserving the resident set");
       r.dev.push_back(id);
+      r.host.push_back(-1);  // empty until a recall or a fill (kvstore/hybrid_recall.cpp)
     }
-    r.host.assign(r.dev.size(), -1);
-  }
 }
 
 int64_t HybridKv::place_resident(Backend& be, int32_t layer, std::span<const int32_t> slots) {

@@ -37,9 +37,10 @@ inline int32_t resident_blocks(const KvConfig& cfg) {
   return cfg.device_budget > 0 ? cfg.device_budget / cfg.block : 0;
 }
 
-// Device blocks per layer a sequence that may reach `capacity` tokens reserves for its resident
-// set: B, or its host blocks at that length if fewer.
-int32_t resident_reserve(const KvConfig& cfg, int64_t capacity);
+// Device blocks per layer a sequence of `length` tokens holds for its resident set: B, or its
+// host blocks if fewer. Reserved from the prompt's last prefill chunk on, and grown by the decode
+// steps that bring host blocks until it reaches B (each step's plan counts what it adds).
+int32_t resident_reserve(const KvConfig& cfg, int64_t length);
 
 // Quest bounds of a query q [Hq, d] over host blocks, summed over the KV heads (each bound
 // summed over the group's G query heads, as topk ranks blocks) -> out [host.size()].

@@ -3,7 +3,7 @@
 // blocks the CPU then attends, which never include a resident one), the recall timing (every N
 // steps per layer, never with 0, auto on a synthetic drift), exactness through models (top-k over
 // every block with any resident set equals --sparse full), the device pool accounting and the
-// option errors.
+// option errors; the engine (reserves given back, preemption) and the metrics.
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
@@ -15,7 +15,9 @@
 #include "kvstore/kv_store.h"
 #include "kvstore/resident.h"
 #include "models/model.h"
+#include "server/metrics.h"
 #include "server/tools/kv_options.h"
+#include "tests/engine_fixture.h"
 #include "tests/kv_test_step.h"
 #include "tests/test_model_runs.h"
 
@@ -429,4 +431,58 @@ TEST_CASE("--device-budget option errors", "[device_budget][options]") {
   CHECK_NOTHROW(def.validate());
   CHECK(budget_config(2, 2, KvConfig::kRecallAuto).describe().find("device-budget=8 recall=auto") !=
         std::string::npos);
+}
+
+TEST_CASE("--device-budget in the engine: reserves, preemption, metrics",
+          "[device_budget][engine]") {
+  Setup s;
+  const int64_t layers = s.model->config().n_layer;
+  std::vector<std::vector<int32_t>> prompts;
+  for (const auto& p : story_prompts()) prompts.push_back(p);
+  auto serve = [&](const KvConfig& cfg) {
+    KvStore store(s.model->backend(), s.model->kv_shape(), cfg, 8, 1024);
+    EngineOptions opt;
+    opt.max_batch = 8;
+    opt.prefill_chunk = 16;
+    opt.step_token_budget = 96;
+    Engine engine(*s.model, demo_tokenizer(), store, opt);
+    std::vector<std::shared_ptr<TokenStream>> streams;
+    for (const auto& p : prompts) streams.push_back(engine.submit(greedy(p, 60)));
+    for (auto& st : streams) {
+      const Result r = collect(*st);
+      CHECK(r.error == "");
+      CHECK(r.tokens.size() == 60);
+    }
+    return wait_metrics(engine, [&](const EngineMetrics& x) {
+      return x.running == 0 && x.finished_length + x.finished_stop == std::ssize(prompts);
+    });
+  };
+  for (int64_t pool : {int64_t{0}, 14 * layers}) {  // ample; room for two sequences' blocks
+    CAPTURE(pool);
+    KvConfig cfg = hybrid_config(pool);
+    cfg.sparse = SparsePolicy::kTopk;
+    cfg.topk_blocks = 2;
+    cfg.device_budget = 2 * cfg.block;
+    cfg.recall_interval = KvConfig::kRecallAuto;
+    const EngineMetrics m = serve(cfg);
+    if (pool > 0) CHECK(m.preemptions > 0);
+    CHECK(m.cpu_compute_ratio > 0);
+    CHECK(m.cpu_compute_ratio < 1);
+    CHECK(m.recalls > 0);
+    CHECK(m.recall_blocks > 0);
+    CHECK(m.recall_bytes > 0);
+    CHECK(m.mean_recall_interval >= 1);
+    CHECK(m.kv_device_blocks_used == 0);  // every reserve given back
+  }
+  EngineGauges g;
+  g.cpu_compute_ratio = 0.25;
+  g.recalls = 3;
+  g.recall_blocks = 7;
+  g.recall_bytes = 7 * 1024;
+  g.mean_recall_interval = 4.5;
+  const std::string text = ServerMetrics().render(g);
+  for (const char* line : {"tandem_cpu_compute_ratio 0.25\n", "tandem_recalls_total 3\n",
+                           "tandem_recall_blocks_total 7\n", "tandem_recall_bytes_total 7168\n",
+                           "tandem_recall_interval_mean 4.5\n"})
+    CHECK_THAT(text, Catch::Contains(line));
 }
