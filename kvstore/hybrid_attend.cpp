@@ -186,9 +186,9 @@ void HybridRunner::device_partials(Backend& be, int32_t layer, const TensorView&
       const int64_t d = sh_.shape.head_dim;
       const KvPages pages{page_offsets_.data() + page0, n, sh_.geo.block};
       page0 += ls.resident.size();
-      TensorView rk = bk.dev_k(0, static_cast<int32_t>(n * b)), rv = bk.dev_v(0, 0);
+      TensorView rk = bk.dev_k(0, static_cast<int32_t>(n * b));
       rk.stride = {d, b * d, 1, 0};
-      rv = rk;
+      TensorView rv = rk;  // V follows K in the block, as on the host
       rv.data = static_cast<uint8_t*>(rk.data) + bk.layout.dev_kv_bytes();
       segments_.push_back(AttnSegment{s.row0, s.n, rk, rv, pages, 0});
     }
