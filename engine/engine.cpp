@@ -320,6 +320,12 @@ void Engine::publish(double forward_s, double other_s, double other_cpu_s, int64
   }
   m.similarity_reuse_lookups = store_.reuse_lookups();
   m.similarity_reuse_hits = store_.reuse_hits();
+  const HostStats topk = store_.topk_totals();
+  m.cpu_compute_ratio = topk.cpu_compute_ratio();
+  m.recalls = topk.recalls;
+  m.recall_blocks = topk.recall_blocks;
+  m.recall_bytes = topk.recall_bytes;
+  m.mean_recall_interval = topk.mean_recall_interval();
   m.cpu_attention_busy_seconds = ha ? ha->busy_seconds() : 0.0;
   m.cpu_attention_wait_seconds = ha ? ha->wait_seconds() : 0.0;
   m.preemptions = scheduler_.preemptions();

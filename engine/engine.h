@@ -65,8 +65,13 @@ struct EngineMetrics {
   int64_t prefix_hit_tokens = 0;
   int64_t prefix_cached_blocks = 0;
   int64_t prefix_evicted_blocks = 0;
-  int64_t similarity_reuse_lookups = 0;   // --similarity-reuse: (layer, KV head) selections
-  int64_t similarity_reuse_hits = 0;      // of which reused the kept selection
+  int64_t similarity_reuse_lookups = 0;  // --similarity-reuse: (layer, KV head) selections
+  int64_t similarity_reuse_hits = 0;     // of which reused the kept selection
+  // --sparse topk: mean CPU compute ratio of (sequence, layer) decode steps; --device-budget:
+  // recalls of resident sets, blocks and bytes copied, mean decode steps between recalls.
+  double cpu_compute_ratio = 0;
+  int64_t recalls = 0, recall_blocks = 0, recall_bytes = 0;
+  double mean_recall_interval = 0;
   double cpu_attention_busy_seconds = 0;  // host attention thread-seconds (0 with a dense store)
   double cpu_attention_wait_seconds = 0;  // forward pass waiting for host partials, seconds
   int64_t preemptions = 0;

@@ -32,15 +32,15 @@ void Scheduler::add(std::unique_ptr<Sequence> seq) {
   waiting_.push_back(std::move(seq));
 }
 
-StepPlan Scheduler::plan_one(const SequenceKv* kv, int32_t n, bool decode) const {
-  const PlanRequest r{kv, n, decode, false};
+StepPlan Scheduler::plan_one(const SequenceKv* kv, int32_t n, bool decode, bool last) const {
+  const PlanRequest r{kv, n, decode, last};
   return store_.plan(std::span<const PlanRequest>(&r, 1));
 }
 
 int64_t Scheduler::blocks_needed(const SequenceKv* kv, int32_t tokens) const {
   const int32_t held = kv != nullptr ? kv->length() : 0;
   if (tokens <= held) return 0;
-  return std::max<int64_t>(0, plan_one(kv, tokens - held, false).device.net());
+  return std::max<int64_t>(0, plan_one(kv, tokens - held, false, true).device.net());
 }
 
 void Scheduler::preempt_last() {
@@ -68,17 +68,18 @@ Schedule Scheduler::schedule() {
     const int32_t n =
         decode ? 1 : std::min({s.prefill_end - s.computed(), opt_.prefill_chunk, budget});
     if (n <= 0) continue;  // a prefill with no budget left waits for the next step
+    const bool last = !decode && s.computed() + n == s.prefill_end;
     // The plan of s's piece: its net device blocks against what is free after the pieces
     // planned before it. Preempting frees blocks, so the plan is asked again after each victim.
-    StepPlan p = plan_one(s.kv.get(), n, decode);
+    StepPlan p = plan_one(s.kv.get(), n, decode, last);
     while (!fits(p, reserved) && running_.size() > i) {
       preempt_last();  // possibly s itself, when it is the last one
-      p = plan_one(s.kv.get(), n, decode);
+      p = plan_one(s.kv.get(), n, decode, last);
     }
     if (running_.size() <= i) break;  // s was preempted
     reserved.add(p);
     if (!decode) budget -= n;
-    out.chunks.push_back({&s, n, decode, !decode && s.computed() + n == s.prefill_end});
+    out.chunks.push_back({&s, n, decode, last});
   }
 
   // Admission, first come first served: stop at the first sequence that does not fit. One that
@@ -93,7 +94,7 @@ Schedule Scheduler::schedule() {
     }
     // The whole sequence must fit (not only its first chunk), so that admitting it does not
     // preempt it again on its next chunk.
-    if (!fits(plan_one(nullptr, s.size(), false), reserved)) break;
+    if (!fits(plan_one(nullptr, s.size(), false, true), reserved)) break;
     running_.push_back(std::move(waiting_[w]));
     waiting_.erase(waiting_.begin() + static_cast<std::ptrdiff_t>(w));
     s.status = SequenceStatus::kRunning;
@@ -107,9 +108,10 @@ Schedule Scheduler::schedule() {
     }
     if (s.cached_tokens < 0) s.cached_tokens = s.computed();  // the first admission's
     const int32_t n = std::min({s.size() - s.computed(), opt_.prefill_chunk, budget});
-    reserved.add(plan_one(s.kv.get(), n, false));
+    const bool last = s.computed() + n == s.prefill_end;
+    reserved.add(plan_one(s.kv.get(), n, false, last));
     budget -= n;
-    out.chunks.push_back({&s, n, false, s.computed() + n == s.prefill_end});
+    out.chunks.push_back({&s, n, false, last});
   }
   return out;
 }

@@ -63,8 +63,9 @@ class Scheduler {
   int64_t preemptions() const { return preemptions_; }
 
  private:
-  // The plan of one sequence growing by n tokens.
-  StepPlan plan_one(const SequenceKv* kv, int32_t n, bool decode) const;
+  // The plan of one sequence growing by n tokens (last: its prompt's last prefill chunk, which
+  // takes --device-budget's reserve).
+  StepPlan plan_one(const SequenceKv* kv, int32_t n, bool decode, bool last) const;
   void preempt_last();  // the most recently admitted running sequence
   // Whether s should wait for a running prefill of a prefix it shares (at least the store's
   // prefix unit, not computed yet), so that it adopts those blocks instead of computing them

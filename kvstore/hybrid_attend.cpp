@@ -70,6 +70,10 @@ void HybridRunner::submit(Backend& be, int32_t layer, const TensorView& q, int64
   slot.idx.resize(std::max(slot.idx.size(), n_items));
   slot.picked.assign(n_items, 0);
   slot.looked.assign(n_items, 0);
+  if (sh_.cfg.device_budget > 0) {  // what a recall ranks by (kvstore/hybrid_recall.cpp)
+    slot.chosen.resize(std::max(slot.chosen.size(), n_items));
+    slot.bounds.resize(std::max(slot.bounds.size(), n_items));
+  }
   HostAttnPrepare prepare;
   if (qh == nullptr && reads_query_to_select())
     prepare = [this, layer, &slot](std::span<HostAttnItem> its) { pick(layer, slot, its); };
@@ -97,6 +101,10 @@ void HybridRunner::pick(int32_t layer, Slot& slot, std::span<HostAttnItem> items
         case SparsePolicy::kFull:
           return select_full(head, refs);
         case SparsePolicy::kTopk:
+          // With a resident set the CPU leaves its blocks to the device part.
+          if (sh_.cfg.device_budget > 0)
+            return select_topk(head, items[item].q, G, sh_.cfg.topk_blocks, refs, spans.on_device,
+                               &slot.chosen[item], &slot.bounds[item]);
           return select_topk(head, items[item].q, G, sh_.cfg.topk_blocks, refs);
         case SparsePolicy::kHgca:
           return select_hgca(head, p.threshold, refs, idx);
@@ -120,6 +128,7 @@ void HybridRunner::pick(int32_t layer, Slot& slot, std::span<HostAttnItem> items
 
 void HybridRunner::account(int32_t layer) {
   Slot& slot = slots_[static_cast<size_t>(layer)];
+  if (sh_.cfg.sparse == SparsePolicy::kTopk) account_topk(layer);
   for (size_t item = 0; item < slot.picks.size(); ++item) {
     const Pick& p = slot.picks[item];
     HostStats& st = seqs_[p.seq].kv->stats();
@@ -148,9 +157,14 @@ void HybridRunner::device_partials(Backend& be, int32_t layer, const TensorView&
   // A sequence's segments form a group merged in that order.
   segments_.clear();
   page_offsets_.clear();
-  for (size_t i = 0; i < seqs_.size(); ++i)
-    for (int32_t id : plan_.seqs[i].layers[static_cast<size_t>(layer)].window)
-      page_offsets_.push_back(id * (bk.device.block_bytes() / es));
+  // A decode row also attends its resident blocks (--device-budget), all of whose entries the
+  // host part skips; a prefill chunk attends every host entry on the host side (exact).
+  for (size_t i = 0; i < seqs_.size(); ++i) {
+    const LayerSpans& ls = plan_.seqs[i].layers[static_cast<size_t>(layer)];
+    for (int32_t id : ls.window) page_offsets_.push_back(id * (bk.device.block_bytes() / es));
+    if (seqs_[i].decode)
+      for (int32_t id : ls.resident) page_offsets_.push_back(id * (bk.device.block_bytes() / es));
+  }
   size_t page0 = 0;
   for (size_t i = 0; i < seqs_.size(); ++i) {
     const Seq& s = seqs_[i];
@@ -165,6 +179,18 @@ void HybridRunner::device_partials(Backend& be, int32_t layer, const TensorView&
       page0 += ls.window.size();
       segments_.push_back(AttnSegment{s.row0, s.n, bk.dev_k(0, ls.window_tokens),
                                       bk.dev_v(0, ls.window_tokens), pages, 0});
+    }
+    if (s.decode && !ls.resident.empty()) {
+      // Resident copies keep the host layout [Hkv, block, d]: [token, head, channel] by strides.
+      const int64_t n = static_cast<int64_t>(ls.resident.size()), b = sh_.geo.block;
+      const int64_t d = sh_.shape.head_dim;
+      const KvPages pages{page_offsets_.data() + page0, n, sh_.geo.block};
+      page0 += ls.resident.size();
+      TensorView rk = bk.dev_k(0, static_cast<int32_t>(n * b));
+      rk.stride = {d, b * d, 1, 0};
+      TensorView rv = rk;  // V follows K in the block, as on the host
+      rv.data = static_cast<uint8_t*>(rk.data) + bk.layout.dev_kv_bytes();
+      segments_.push_back(AttnSegment{s.row0, s.n, rk, rv, pages, 0});
     }
     const int64_t r = s.row0, e = s.row0 + s.n;
     segments_.push_back(
@@ -271,9 +297,11 @@ void HybridRunner::attend(Backend& be, int32_t layer, const TensorView& q, const
   // (decode only, device backend) none of them: the device copies them for the layer's host job.
   // Parallel mode (and layer 0 of ahead mode) submit the host part now, before the device part.
   const bool submit_now = any_async && !slot.ticket;
+  // --device-budget: the prompt's last query chooses the resident set after its last chunk.
+  const bool budget = sh_.cfg.device_budget > 0;
   const bool need_q = (submit_now && reads_query(be)) ||
                       (!defer_ && maw && (any_decode || any_observe)) ||
-                      (!defer_ && reuse && any_observe);
+                      (!defer_ && (reuse || budget) && any_observe);
   const float* qh = need_q ? host_readable(be, q, q_stage_) : nullptr;
   if (submit_now) submit(be, layer, q, 0, qh);
 
@@ -325,6 +353,10 @@ void HybridRunner::attend(Backend& be, int32_t layer, const TensorView& q, const
     return;
   }
   sh_.rows.flush();
+  if (budget && any_observe)
+    for (const Seq& s : seqs_)
+      if (!s.decode && s.observe && s.kv->has_reserve())
+        s.kv->choose_resident(be, layer, qh + (s.row0 + s.n - 1) * qd);
   if ((maw || reuse) && any_observe) {
     const float* lse = host_readable(be, out.lse, lse_stage_);
     for (const Seq& s : seqs_) {

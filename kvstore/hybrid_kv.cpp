@@ -31,6 +31,7 @@ HybridKv::~HybridKv() {
 }
 
 void HybridKv::free_blocks() {
+  free_resident();
   for (LayerTable& l : layers_) {
     if (l.sink >= 0) shared_.blocks.device.free(l.sink);
     for (int32_t id : l.window) shared_.blocks.device.free(id);
@@ -56,6 +57,7 @@ HostStats HybridKv::host_stats() const {
 int64_t HybridKv::device_blocks() const {
   int64_t n = 0;
   for (const LayerTable& l : layers_) n += (l.sink >= 0) + static_cast<int64_t>(l.window.size());
+  for (const ResidentLayer& r : resident_) n += static_cast<int64_t>(r.dev.size());
   return n;
 }
 

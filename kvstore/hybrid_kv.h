@@ -15,6 +15,7 @@
 #include "kvstore/device_rows.h"
 #include "kvstore/kv_config.h"
 #include "kvstore/prefix_cache.h"
+#include "kvstore/resident.h"
 #include "kvstore/sequence_kv.h"
 #include "kvstore/similarity_reuse.h"
 
@@ -77,6 +78,9 @@ struct HybridShared {
   PrefixCache* cache = nullptr;    // the store's prefix cache; null: none (--no-prefix-cache)
   // --similarity-reuse over every sequence: lookups and hits (the engine thread counts them).
   int64_t reuse_lookups = 0, reuse_hits = 0;
+  // topk's CPU compute ratios and --device-budget's recalls over every sequence (the ratio and
+  // recall fields of HostStats; the engine thread counts them).
+  HostStats totals;
 };
 
 class HybridKv final : public SequenceKv {
@@ -96,9 +100,11 @@ class HybridKv final : public SequenceKv {
 
   // Blocks held per tier (all layers).
   int64_t device_blocks() const;
-  // Device blocks (all layers) a sequence of `tokens` tokens holds under cfg.
+  // Device blocks (all layers) a sequence of `tokens` tokens holds under cfg (its resident
+  // reserve included).
   static int64_t device_blocks_for(const KvConfig& cfg, int32_t n_layer, int32_t tokens) {
-    return TableGeometry(cfg).counts(tokens).device_blocks * n_layer;
+    return (TableGeometry(cfg).counts(tokens).device_blocks + resident_reserve(cfg, tokens)) *
+           n_layer;
   }
   int64_t host_blocks() const;
   const HostStats& stats() const { return stats_; }
@@ -108,6 +114,27 @@ class HybridKv final : public SequenceKv {
   const LayerTable& table(int32_t layer) const { return layers_[static_cast<size_t>(layer)]; }
   int32_t device_tokens(int32_t layer) const;
   HybridShared& shared() const { return shared_; }
+
+  // ---- --device-budget: the resident set (kvstore/resident.h, resident.cpp) ----
+  // Device blocks per layer held for the resident set (resident_reserve of its length, taken
+  // by its last prefill chunk and decode steps).
+  int32_t reserved() const {
+    return resident_.empty() ? 0 : static_cast<int32_t>(resident_[0].dev.size());
+  }
+  bool has_reserve() const { return reserved() > 0; }
+  // Takes `blocks` more device blocks per layer for the resident set, empty (the step's plan
+  // counted them).
+  void reserve_resident(int32_t blocks);
+  ResidentLayer& resident(int32_t layer) { return resident_[static_cast<size_t>(layer)]; }
+  const ResidentLayer& resident(int32_t layer) const {
+    return resident_[static_cast<size_t>(layer)];
+  }
+  // Copies the host blocks the given slots of a layer name into their device blocks (be.upload,
+  // queued after the ops before it on a device backend); counts blocks and bytes. Returns bytes.
+  int64_t place_resident(Backend& be, int32_t layer, std::span<const int32_t> slots);
+  // The post-prefill set of a layer (after the prompt's last chunk is stored): the blocks of
+  // largest Quest bound for q [Hq, d] (the prompt's last query) summed over KV heads.
+  void choose_resident(Backend& be, int32_t layer, const float* q);
 
   // ---- the prefix cache (kvstore/prefix_cache.h; the engine thread, between steps) ----
   // An empty sequence takes the cached chain's tokens (chunks 0 .. chain.size()-1 of tokens):
@@ -171,12 +198,14 @@ class HybridKv final : public SequenceKv {
   bool chunk_to_host(int32_t j, std::vector<int32_t>& ids);
   std::vector<uint8_t> sink_rows();  // per layer the sinks' K then V rows (device layout)
   void free_blocks();                // every block this sequence owns; its references dropped
+  void free_resident();              // the resident set's device blocks
 
   HybridShared& shared_;
   int32_t capacity_;
   int32_t length_ = 0;
   std::vector<LayerTable> layers_;
-  std::vector<ReuseLayer> reuse_;  // per layer (--similarity-reuse; else empty)
+  std::vector<ReuseLayer> reuse_;        // per layer (--similarity-reuse; else empty)
+  std::vector<ResidentLayer> resident_;  // per layer once reserved (--device-budget; else empty)
   HostStats stats_;
   std::vector<float> row_k_, row_v_, q_scaled_;  // scratch
   std::vector<float> zero_maw_;                  // Hkv zeros: the MAW of rows stored without one

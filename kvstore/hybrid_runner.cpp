@@ -38,6 +38,16 @@ StepPlan plan_hybrid(const HybridShared& shared, int64_t device_free,
     s.request = r;
     TierDelta dev, host;
     shared.geo.growth(r.kv != nullptr ? r.kv->length() : 0, r.tokens, dev, host, s.evictions);
+    // --device-budget: the resident set's blocks, reserved by the prompt's last prefill chunk and
+    // grown by decode steps as host blocks arrive (kvstore/resident.h). This store's sequences
+    // are all HybridKv.
+    const auto* kv = static_cast<const HybridKv*>(r.kv);
+    if (r.observe || r.decode) {
+      const int64_t length = (kv != nullptr ? kv->length() : 0) + int64_t{r.tokens};
+      s.reserve =
+          std::max(0, resident_reserve(shared.cfg, length) - (kv != nullptr ? kv->reserved() : 0));
+    }
+    dev.alloc += s.reserve;
     s.device = {dev.alloc * layers, dev.freed * layers};
     s.host = {host.alloc * layers, host.freed * layers};
     p.device.alloc += s.device.alloc;
@@ -104,8 +114,13 @@ void HybridRunner::start(std::span<const StepRows> rows) {
     rows_ = std::max(rows_, r.row0 + r.n);
   }
   plan_ = plan_hybrid(sh_, sh_.blocks.device.free_blocks(), req);
+  int64_t reserved = 0;
+  for (const SequencePlan& sp : plan_.seqs) reserved += int64_t{sp.reserve} * sh_.shape.n_layer;
   TANDEM_REQUIRE(plan_.fits(), kOutOfMemory, "device KV pool exhausted: the step needs ",
-                 plan_.device.net(), " blocks, ", plan_.device_free, " are free");
+                 plan_.device.net(), " blocks (", reserved, " of them --device-budget's), ",
+                 plan_.device_free, " are free");
+  for (size_t i = 0; i < seqs_.size(); ++i)
+    if (plan_.seqs[i].reserve > 0) seqs_[i].kv->reserve_resident(plan_.seqs[i].reserve);
   // What each (sequence, layer) attends, as of the start of the step.
   for (size_t i = 0; i < seqs_.size(); ++i) {
     SequencePlan& sp = plan_.seqs[i];
@@ -123,6 +138,15 @@ void HybridRunner::start(std::span<const StepRows> rows) {
       for (size_t j = 0; j < t.maw.size(); ++j) ls.maw[j] = t.maw[j].get();
       ls.host_tokens = t.host_tokens;
       ls.selected.assign(static_cast<size_t>(sh_.shape.n_head_kv), 0);
+      if (kv.has_reserve() && seqs_[i].decode) {
+        const ResidentLayer& r = kv.resident(l);
+        ls.on_device.assign(t.host.size(), 0);
+        for (size_t s = 0; s < r.dev.size(); ++s)
+          if (r.host[s] >= 0) {
+            ls.resident.push_back(r.dev[s]);
+            ls.on_device[static_cast<size_t>(r.host[s])] = 1;
+          }
+      }
     }
   }
   ensure_rows(rows_);

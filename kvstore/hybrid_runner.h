@@ -65,6 +65,10 @@ class HybridRunner final : public KvStepRunner {
     std::vector<uint8_t> looked;  // per item: --similarity-reuse 0 off, 1 miss, 2 hit
     std::vector<std::vector<HostBlockRef>> refs;  // per item
     std::vector<std::vector<int32_t>> idx;        // per item: hgca's selected rows
+    // --device-budget, per item: topk's selected blocks (resident ones included) and every
+    // block's bound, what a recall ranks by.
+    std::vector<std::vector<int32_t>> chosen;
+    std::vector<std::vector<float>> bounds;
   };
 
   void start(std::span<const StepRows> rows);
@@ -89,6 +93,11 @@ class HybridRunner final : public KvStepRunner {
   void pick(int32_t layer, Slot& slot, std::span<HostAttnItem> items);
   // The rows a layer's batch selected, into the sequences' stats and the plan (batch done).
   void account(int32_t layer);
+  // topk's part of account (kvstore/hybrid_recall.cpp): each sequence's CPU compute ratio, and
+  // the recall of its resident set when due: after the layer's merge (on a device backend, whose
+  // merge does not wait for the host, when the batch is reaped before the next step), its copies
+  // queued on the backend before the next step's attention of the layer.
+  void account_topk(int32_t layer);
   // Every sequence's device partial (sinks, window pages, own tokens) into out.
   void device_partials(Backend& be, int32_t layer, const TensorView& q, const TensorView& k,
                        const TensorView& v, const TensorView& q_pos, const AttnPartial& out);

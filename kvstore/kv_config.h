@@ -1,5 +1,5 @@
 // KvConfig: the kv flags shared by every subcommand (--dense, --sinks, --window, --block,
-// --sparse, --hgca-beta, --topk-blocks, --similarity-reuse, --cpu-attn, --cpu-threads, ...), as
+// --sparse, --hgca-beta, --topk-blocks, --similarity-reuse, --device-budget, --cpu-attn, ...), as
 // plain data.
 #pragma once
 
@@ -42,6 +42,16 @@ struct KvConfig {
   // store is built.
   double host_gib = 0;
   bool prefix_cache = true;  // the host tier's automatic prefix cache (--no-prefix-cache)
+  // --device-budget (ScoutAttention §3.4; kvstore/resident.h): tokens of important host blocks
+  // each sequence keeps copies of on the device per layer, beside sinks and window (whole blocks:
+  // device_budget / block of them; 0: off). Needs --sparse topk.
+  int32_t device_budget = 0;
+  // Decode steps between recalls of a layer's resident set (0: never, the post-prefill set
+  // stays; kRecallAuto: per layer, when its mean CPU compute ratio since its last recall would
+  // pass recall_threshold at the next step; kvstore/resident.h recall_due).
+  int32_t recall_interval = kRecallAuto;
+  float recall_threshold = 0.12f;
+  static constexpr int32_t kRecallAuto = -1;
   static constexpr double kDefaultHostShare = 0.5;
 
   // Throws kInvalidArgument on inconsistent values (window < block, block 0, ...).

@@ -52,6 +52,22 @@ void KvConfig::validate() const {
                  "--reuse-eta must be in [-1, 1]");
   TANDEM_REQUIRE(reuse_power >= 0, kInvalidArgument, "--reuse-power must be >= 0");
   TANDEM_REQUIRE(maw_alpha > 0 && maw_alpha <= 1, kInvalidArgument, "MAW alpha must be in (0, 1]");
+  // The resident set is chosen and recalled by Quest bounds, and the CPU skips its blocks among
+  // topk's selection: other policies have no block selection to subtract it from; a reused
+  // selection would skip a resident set that has moved since; with window 0 nothing is on the
+  // device to attend beside it.
+  TANDEM_REQUIRE(device_budget >= 0, kInvalidArgument, "--device-budget must be >= 0");
+  TANDEM_REQUIRE(device_budget == 0 || (!dense && sparse == SparsePolicy::kTopk), kInvalidArgument,
+                 "--device-budget needs --sparse topk (and no --dense), not ",
+                 dense ? std::string_view("--dense") : policy_name(sparse));
+  TANDEM_REQUIRE(device_budget == 0 || !similarity_reuse, kInvalidArgument,
+                 "--device-budget and --similarity-reuse cannot be combined");
+  TANDEM_REQUIRE(device_budget == 0 || window > 0, kInvalidArgument,
+                 "--device-budget needs a device window (--window > 0)");
+  TANDEM_REQUIRE(recall_interval >= 0 || recall_interval == kRecallAuto, kInvalidArgument,
+                 "--recall-interval must be a step count >= 0 or auto");
+  TANDEM_REQUIRE(recall_threshold > 0 && recall_threshold <= 1, kInvalidArgument,
+                 "--recall-threshold must be in (0, 1]");
   TANDEM_REQUIRE(host_gib >= 0 && device_gib >= 0, kInvalidArgument,
                  "--kv-host-gib and --kv-device-gib must not be negative");
 }
@@ -64,6 +80,13 @@ std::string KvConfig::describe() const {
   if (sparse == SparsePolicy::kHgca) os << "(beta=" << hgca_beta << ")";
   if (sparse == SparsePolicy::kTopk) os << "(k=" << topk_blocks << ")";
   if (sparse == SparsePolicy::kTau) os << "(tau=" << tau << ")";
+  if (device_budget > 0) {
+    os << " device-budget=" << device_budget << " recall=";
+    if (recall_interval == kRecallAuto)
+      os << "auto(" << recall_threshold << ")";
+    else
+      os << recall_interval;
+  }
   if (similarity_reuse) os << " similarity-reuse(eta=" << reuse_eta << ",p=" << reuse_power << ")";
   os << " cpu-attn=" << mode_name(cpu_attn);
   if (kv_dtype != DType::kF32) os << " kv-dtype=" << dtype_name(kv_dtype);
@@ -88,7 +111,8 @@ KvStore::KvStore(Backend& backend, const KvShape& shape, const KvConfig& cfg, in
   if (dev == 0) {
     // Enough for max_sequences sequences at their largest device footprint.
     const int64_t window_tokens = std::min<int64_t>(cfg_.window, max_context);
-    const int64_t per_layer = 1 + (window_tokens + cfg_.block - 1) / cfg_.block + 1;
+    const int64_t per_layer =
+        1 + (window_tokens + cfg_.block - 1) / cfg_.block + 1 + resident_reserve(cfg_, max_context);
     dev = std::max<int64_t>(1, per_layer * shape.n_layer * max_sequences);
   }
   // Only hgca needs a host copy of the device blocks (its MAW update reads their K every step);
@@ -127,8 +151,20 @@ KvStore::KvStore(Backend& backend, const KvShape& shape, const KvConfig& cfg, in
       scatter = scatter_.get();
     }
   }
-  shared_.reset(new HybridShared{backend_, shape_, cfg_, TableGeometry(cfg_), blocks, *rows_,
-                                 scatter, *host_attn_, staging_});
+  shared_.reset(new HybridShared{backend_,
+                                 shape_,
+                                 cfg_,
+                                 TableGeometry(cfg_),
+                                 blocks,
+                                 *rows_,
+                                 scatter,
+                                 *host_attn_,
+                                 staging_,
+                                 nullptr,
+                                 nullptr,
+                                 0,
+                                 0,
+                                 {}});
   if (cfg_.prefix_cache) {
     // Everything that changes the bytes of a cached block: its geometry and dtype (one store
     // serves one model, so the model needs no name here).
@@ -203,7 +239,8 @@ int64_t KvStore::host_blocks_for(int32_t tokens) const {
 
 int64_t KvStore::device_blocks_for(int32_t tokens) const {
   if (cfg_.dense || tokens <= 0) return 0;
-  const PlanRequest r{nullptr, tokens, false, false};
+  // As its prompt's last chunk: a resident set's reserve included (--device-budget).
+  const PlanRequest r{nullptr, tokens, false, true};
   const StepPlan p = plan_hybrid(*shared_, 0, std::span<const PlanRequest>(&r, 1));
   return std::max<int64_t>(0, p.device.net());
 }

@@ -72,9 +72,11 @@ int64_t select_full(const HostHead& h, std::vector<HostBlockRef>& refs) {
 }
 
 int64_t select_topk(const HostHead& h, const float* qg, int32_t G, int32_t k,
-                    std::vector<HostBlockRef>& refs) {
+                    std::vector<HostBlockRef>& refs, std::span<const uint8_t> skip,
+                    std::vector<int32_t>* chosen, std::vector<float>* bounds_out) {
   const int32_t d = h.blocks.layout.head_dim;
-  thread_local std::vector<float> bounds;
+  thread_local std::vector<float> local;
+  std::vector<float>& bounds = bounds_out != nullptr ? *bounds_out : local;
   bounds.resize(static_cast<size_t>(h.count()));
   for (int32_t j = 0; j < h.count(); ++j) {
     const int32_t id = h.host[static_cast<size_t>(j)];
@@ -82,8 +84,14 @@ int64_t select_topk(const HostHead& h, const float* qg, int32_t G, int32_t k,
         quest_bound(qg, G, d, h.blocks.host_kmin(id) + int64_t{h.g} * d,
                     h.blocks.host_kmax(id) + int64_t{h.g} * d);
   }
+  const std::vector<int32_t> top = top_k_indices(bounds, k);
   int64_t rows = 0;
-  for (int32_t j : top_k_indices(bounds, k)) refs.push_back(h.ref(j)), rows += refs.back().n;
+  for (int32_t j : top) {
+    if (static_cast<size_t>(j) < skip.size() && skip[static_cast<size_t>(j)] != 0) continue;
+    refs.push_back(h.ref(j));
+    rows += refs.back().n;
+  }
+  if (chosen != nullptr) *chosen = top;
   return rows;
 }
 

@@ -48,9 +48,13 @@ struct HostHead {
 // g attends; return the rows selected.
 // full: every host entry.
 int64_t select_full(const HostHead& h, std::vector<HostBlockRef>& refs);
-// topk: the k blocks with the largest Quest bound for the group's queries qg [G, d].
+// topk: the k blocks with the largest Quest bound for the group's queries qg [G, d]. With skip
+// (per block; --device-budget's resident blocks, attended on the device) the selected blocks
+// marked there are left out of refs and of the rows returned. chosen, if set, receives the
+// selected block indices (ascending, skipped ones included), bounds every block's bound.
 int64_t select_topk(const HostHead& h, const float* qg, int32_t G, int32_t k,
-                    std::vector<HostBlockRef>& refs);
+                    std::vector<HostBlockRef>& refs, std::span<const uint8_t> skip = {},
+                    std::vector<int32_t>* chosen = nullptr, std::vector<float>* bounds = nullptr);
 // hgca: the entries whose MAW exceeds threshold.
 int64_t select_hgca(const HostHead& h, float threshold, std::vector<HostBlockRef>& refs,
                     std::vector<int32_t>& idx);

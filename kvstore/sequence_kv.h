@@ -22,6 +22,16 @@ struct HostStats {
   // --similarity-reuse: (layer, KV head) decode selections looked up, and those that reused the
   // kept selection.
   int64_t reuse_lookups = 0, reuse_hits = 0;
+  // --sparse topk: per (layer, decode step) the CPU compute ratio (host tokens the CPU attends /
+  // the top-k budget, topk_blocks blocks or the host tokens if fewer; averaged over KV heads),
+  // summed, and how many were summed. Below 1 only with --device-budget (resident blocks are
+  // the device's).
+  double ratio_sum = 0;
+  int64_t ratio_count = 0;
+  // --device-budget: recalls of a (layer's) resident set, blocks copied to the device by them
+  // (the post-prefill choice included) and their bytes, and the decode steps between each recall
+  // and the layer's previous one (or its post-prefill choice), summed.
+  int64_t recalls = 0, recall_blocks = 0, recall_bytes = 0, recall_steps = 0;
   // The share of the host entries the policy attended (0 without any).
   double attended_fraction() const {
     return host_entries > 0 ? static_cast<double>(attended) / static_cast<double>(host_entries)
@@ -31,7 +41,19 @@ struct HostStats {
     return reuse_lookups > 0 ? static_cast<double>(reuse_hits) / static_cast<double>(reuse_lookups)
                              : 0.0;
   }
+  double cpu_compute_ratio() const {
+    return ratio_count > 0 ? ratio_sum / static_cast<double>(ratio_count) : 0.0;
+  }
+  double mean_recall_interval() const {
+    return recalls > 0 ? static_cast<double>(recall_steps) / static_cast<double>(recalls) : 0.0;
+  }
   HostStats& operator+=(const HostStats& o) {
+    ratio_sum += o.ratio_sum;
+    ratio_count += o.ratio_count;
+    recalls += o.recalls;
+    recall_blocks += o.recall_blocks;
+    recall_bytes += o.recall_bytes;
+    recall_steps += o.recall_steps;
     host_entries += o.host_entries;
     attended += o.attended;
     decode_layers += o.decode_layers;

@@ -44,12 +44,18 @@ struct LayerSpans {
   std::vector<const float*> maw;  // per host block: the sequence's MAW values [Hkv, block]
   int32_t host_tokens = 0;        //
   std::vector<int64_t> selected;  // per KV head: host entries the policy selected (decode)
+  // --device-budget (kvstore/resident.h): device blocks holding copies of host blocks, which a
+  // decode step's device part attends (every KV head), and per host block whether it is one of
+  // them (the CPU then skips it). Empty without a resident set.
+  std::vector<int32_t> resident;
+  std::vector<uint8_t> on_device;
 };
 
 struct SequencePlan {
   PlanRequest request;
   TierDelta device, host;
   int32_t evictions = 0;           // window blocks per layer that move to the host tier
+  int32_t reserve = 0;             // device blocks per layer the step reserves (--device-budget)
   std::vector<LayerSpans> layers;  // filled by commit (empty in a plan that only sizes)
 };
 

@@ -212,6 +212,21 @@ std::string ServerMetrics::render(const EngineGauges& g) const {
   metric(out, "tandem_similarity_reuse_hits_total", "counter",
          "Lookups whose query was similar enough to reuse the kept selection (not selected again).",
          static_cast<double>(g.similarity_reuse_hits));
+  metric(out, "tandem_cpu_compute_ratio", "gauge",
+         "--sparse topk: mean over (sequence, layer) decode steps of the host tokens the CPU "
+         "attends over the top-k budget (below 1 with --device-budget).",
+         g.cpu_compute_ratio);
+  metric(out, "tandem_recalls_total", "counter",
+         "--device-budget: recalls of a (sequence, layer)'s resident blocks to the device.",
+         static_cast<double>(g.recalls));
+  metric(out, "tandem_recall_blocks_total", "counter",
+         "--device-budget: host blocks copied to the device (post-prefill sets included).",
+         static_cast<double>(g.recall_blocks));
+  metric(out, "tandem_recall_bytes_total", "counter",
+         "--device-budget: bytes of the host blocks copied to the device.",
+         static_cast<double>(g.recall_bytes));
+  metric(out, "tandem_recall_interval_mean", "gauge",
+         "--device-budget: mean decode steps between a layer's recalls.", g.mean_recall_interval);
   return out;
 }
 

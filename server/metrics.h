@@ -50,6 +50,11 @@ struct EngineGauges {
   int64_t prefix_cached_blocks = 0, prefix_evicted_blocks = 0;
   // --similarity-reuse: host selections looked up and reused ((layer, KV head) per decode step).
   int64_t similarity_reuse_lookups = 0, similarity_reuse_hits = 0;
+  // --sparse topk: mean CPU compute ratio; --device-budget: recalls, their blocks and bytes,
+  // mean decode steps between a layer's recalls.
+  double cpu_compute_ratio = 0;
+  int64_t recalls = 0, recall_blocks = 0, recall_bytes = 0;
+  double mean_recall_interval = 0;
 };
 
 class ServerMetrics {

@@ -155,6 +155,17 @@ constexpr OptionSpec kOptions[] = {
     number("hgca-beta", kLoads, kKv, "B", "1", 1e-6, 1e6, "threshold factor of --sparse hgca"),
     integer("topk-blocks", kLoads, kKv, "K", "16", 0, 1 << 24,
             "host blocks per KV head under --sparse topk"),
+    integer("device-budget", kLoads, kKv, "N", "0", 0, 1 << 24,
+            "--sparse topk: tokens of important host blocks each sequence keeps on the device per "
+            "layer beside sinks and window, in whole blocks (chosen after prefill, recalled by "
+            "--recall-interval; the CPU attends only selected blocks not there; 0: off)"),
+    text("recall-interval", kLoads, kKv, "N|auto", "auto",
+         "--device-budget: decode steps between recalls of a layer's important blocks to the "
+         "device (0: never, the post-prefill set stays; auto: per layer, when its mean CPU "
+         "compute ratio since its last recall would pass --recall-threshold at the next step)"),
+    number("recall-threshold", kLoads, kKv, "R", "0.12", 1e-6, 1,
+           "--recall-interval auto: the CPU compute ratio (CPU-attended host tokens / top-k "
+           "budget tokens) above which a layer recalls"),
     number("tau", kLoads, kKv, "T", "0.9", 1e-6, 1,
            "--sparse tau: the share of the host entries' attention mass (over the query heads of "
            "a KV group) the selected entries reach (HCAttention Eq. 4)"),

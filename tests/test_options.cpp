@@ -128,6 +128,9 @@ TEST_CASE("the table's defaults are the defaults of the structs they fill", "[op
   CHECK(kv.cpu_threads == want.cpu_threads);
   CHECK(kv.maw_alpha == want.maw_alpha);
   CHECK(kv.kv_dtype == want.kv_dtype);
+  CHECK(kv.device_budget == want.device_budget);
+  CHECK(kv.recall_interval == want.recall_interval);
+  CHECK(kv.recall_threshold == want.recall_threshold);
   const EngineOptions eo;
   CHECK(serve.integer("max-batch") == eo.max_batch);
   CHECK(serve.integer("max-waiting") == eo.max_waiting);

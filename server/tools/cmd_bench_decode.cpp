@@ -332,6 +332,7 @@ int cmd_bench_decode(const Options& f) {
           {"weight_bytes_per_token", step_bytes / static_cast<double>(batch)},
           {"weight_read_gbs", step_bytes / (ms_step * 1e-3) / 1e9},
           {"load_avg_1m", load}};
+      add_topk_stats(j, cfg, host);
       if (!cfg.dense && cfg.similarity_reuse) {
         j["similarity_reuse_lookups"] = host.reuse_lookups;
         j["similarity_reuse_hit_ratio"] = host.reuse_hit_ratio();

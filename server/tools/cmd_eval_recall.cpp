@@ -157,6 +157,7 @@ int cmd_eval_recall(const Options& f) {
       {"cells", jc},
       {"host_fraction_attended", host.attended_fraction()},
       {"seconds", seconds}};
+  add_topk_stats(j, kv_cfg, host);
   if (!kv_cfg.dense && kv_cfg.similarity_reuse) {
     j["similarity_reuse_lookups"] = host.reuse_lookups;
     j["similarity_reuse_hit_ratio"] = host.reuse_hit_ratio();

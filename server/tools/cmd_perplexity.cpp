@@ -88,6 +88,7 @@ int cmd_perplexity(const Options& f) {
                       {"segments", segments},
                       {"host_fraction_attended", host.attended_fraction()},
                       {"seconds", seconds}};
+  add_topk_stats(j, kv_cfg, host);
   if (!kv_cfg.dense && kv_cfg.similarity_reuse) {
     j["similarity_reuse_lookups"] = host.reuse_lookups;
     j["similarity_reuse_hit_ratio"] = host.reuse_hit_ratio();

@@ -61,6 +61,11 @@ EngineGauges gauges_of(const EngineMetrics& m) {
   g.prefix_evicted_blocks = m.prefix_evicted_blocks;
   g.similarity_reuse_lookups = m.similarity_reuse_lookups;
   g.similarity_reuse_hits = m.similarity_reuse_hits;
+  g.cpu_compute_ratio = m.cpu_compute_ratio;
+  g.recalls = m.recalls;
+  g.recall_blocks = m.recall_blocks;
+  g.recall_bytes = m.recall_bytes;
+  g.mean_recall_interval = m.mean_recall_interval;
   return g;
 }
 

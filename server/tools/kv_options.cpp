@@ -1,10 +1,23 @@
 // Reading the shared model, device and KV options.
 #include "server/tools/kv_options.h"
 
+#include <charconv>
+
 #include "kernels/common.h"
 #include "kernels/cuda/cuda_backend.h"
 
 namespace tandem {
+
+int32_t recall_interval_of(const std::string& s) {
+  if (s == "auto") return KvConfig::kRecallAuto;
+  int64_t n = -1;
+  const char* end = s.data() + s.size();
+  const auto [p, ec] = std::from_chars(s.data(), end, n);
+  TANDEM_REQUIRE(!s.empty() && ec == std::errc() && p == end && n >= 0 && n <= (1 << 24),
+                 kInvalidArgument, "--recall-interval must be auto or an integer in [0, ", 1 << 24,
+                 "], got \"", s, "\"");
+  return static_cast<int32_t>(n);
+}
 
 KvConfig kv_config_of(const Options& o) {
   KvConfig c;
@@ -32,8 +45,27 @@ KvConfig kv_config_of(const Options& o) {
   c.host_gib = o.number("kv-host-gib");
   c.device_gib = o.number("kv-device-gib");
   c.prefix_cache = !o.flag("no-prefix-cache");
+  c.device_budget = static_cast<int32_t>(o.integer("device-budget"));
+  c.recall_interval = recall_interval_of(o.str("recall-interval"));
+  c.recall_threshold = static_cast<float>(o.number("recall-threshold"));
   c.validate();
   return c;
+}
+
+void add_topk_stats(nlohmann::json& j, const KvConfig& cfg, const HostStats& host) {
+  if (cfg.dense || cfg.sparse != SparsePolicy::kTopk) return;
+  j["cpu_compute_ratio"] = host.cpu_compute_ratio();
+  if (cfg.device_budget == 0) return;
+  j["device_budget"] = cfg.device_budget;
+  if (cfg.recall_interval == KvConfig::kRecallAuto)
+    j["recall_interval"] = "auto";
+  else
+    j["recall_interval"] = cfg.recall_interval;
+  j["recall_threshold"] = cfg.recall_threshold;
+  j["recalls"] = host.recalls;
+  j["recall_blocks"] = host.recall_blocks;
+  j["recall_bytes"] = host.recall_bytes;
+  j["mean_recall_interval"] = host.mean_recall_interval();
 }
 
 bool any_kv_option(const Options& o) {

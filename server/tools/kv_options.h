@@ -3,15 +3,25 @@
 #pragma once
 
 #include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
 
 #include "kernels/backend.h"
 #include "kvstore/kv_config.h"
+#include "kvstore/sequence_kv.h"
 #include "server/options.h"
 
 namespace tandem {
 
 // The KV options (defaults as in DESIGN.md), validated together (KvConfig::validate).
 KvConfig kv_config_of(const Options& o);
+// --recall-interval: "auto" (KvConfig::kRecallAuto) or a step count >= 0; throws
+// kInvalidArgument naming the option otherwise.
+int32_t recall_interval_of(const std::string& s);
+// The topk and --device-budget counters of a run into a tool's JSON line: cpu_compute_ratio
+// under --sparse topk; device_budget, recall_interval ("auto" or steps), recalls,
+// recall_blocks, recall_bytes and mean_recall_interval with --device-budget.
+void add_topk_stats(nlohmann::json& j, const KvConfig& cfg, const HostStats& host);
 // Whether any option of the "KV cache" group was given (bench-decode then builds that store
 // instead of the dense cache).
 bool any_kv_option(const Options& o);

@@ -1,0 +1,92 @@
+// --device-budget on the CUDA backend (the SIMT emulator in CI): the resident blocks' copies are
+// backend uploads from the host blocks queued on the stream (the post-prefill set after the last
+// chunk, each recall before the layer's next attention), attended by the device part through the
+// host layout's strides. The logits equal the CPU backend's, the recalls are the same, and a
+// decode step that recalls still synchronises with the host once (for its logits).
+//
+// Without a CUDA device (or in a build without CUDA) the executable prints
+// "no CUDA device: N GPU tests skipped" and exits 4, ctest's SKIP_RETURN_CODE (label "gpu").
+#define CATCH_CONFIG_EXTERNAL_INTERFACES
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <span>
+#include <vector>
+
+#include "kernels/backend.h"
+#include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/emulator.h"
+#include "tests/gpu_skip.h"
+#include "tests/test_model_runs.h"
+
+using namespace tandem;
+using namespace tandem::test;
+
+namespace {
+
+// Prefill in one chunk, then one decode step per token; the host synchronisations of every
+// decode step (emulator counts) and the sequence's host counters.
+LogitRows run_counted(Model& model, const KvConfig& cfg, const ReferenceLogits& ref,
+                      std::vector<int64_t>* syncs, HostStats* stats) {
+  KvStore store(model.backend(), model.kv_shape(), cfg, 1, 64);
+  auto kv = store.new_sequence(64);
+  LogitRows rows;
+  const int64_t v = model.config().vocab_size;
+  const StepSequence p{kv.get(), ref.prompt, false, false, true};
+  const TensorView pl = model.forward(std::span<const StepSequence>(&p, 1));
+  rows.emplace_back(pl.as<float>(), pl.as<float>() + v);
+  for (const int32_t& t : ref.decode) {
+    model.backend().synchronize();
+    const CudaEmulatorCounters c0 = cuda_emulator_counters();
+    const StepSequence s{kv.get(), std::span<const int32_t>(&t, 1), false, true, false};
+    const TensorView l = model.forward(std::span<const StepSequence>(&s, 1));
+    syncs->push_back((cuda_emulator_counters() - c0).host_syncs);
+    rows.emplace_back(l.as<float>(), l.as<float>() + v);
+  }
+  *stats = KvStore::stats_of(*kv);
+  return rows;
+}
+
+}  // namespace
+
+CATCH_REGISTER_LISTENER(SkipWithoutGpu)
+
+TEST_CASE("device budget on the CUDA backend: recalled blocks copied on the stream",
+          "[cuda][device_budget]") {
+  auto cpu = make_cpu_backend();
+  auto gpu = make_cuda_backend();
+  const ReferenceLogits ref = ReferenceLogits::load("llama-tiny");
+  auto on_cpu = Model::load(ref.model, *cpu);
+  auto on_gpu = Model::load(ref.model, *gpu);
+  for (int32_t topk : {2, 64})
+    for (CpuAttnMode m : {CpuAttnMode::kAhead, CpuAttnMode::kParallel}) {
+      DYNAMIC_SECTION("topk " << topk << " " << mode_name(m)) {
+        KvConfig cfg = small_hybrid(8, SparsePolicy::kTopk, m);
+        cfg.topk_blocks = topk;
+        cfg.device_budget = 2 * cfg.block;
+        cfg.recall_interval = 1;
+        std::vector<int64_t> syncs, unused;
+        HostStats on_dev, on_host;
+        const LogitRows got = run_counted(*on_gpu, cfg, ref, &syncs, &on_dev);
+        const LogitRows want = run_counted(*on_cpu, cfg, ref, &unused, &on_host);
+        const double err = worst_rel_error(got, want);
+        INFO("worst relative logit error " << err);
+        CHECK(err < 1e-4);
+        CHECK(on_dev.recalls > 0);
+        CHECK(on_dev.recalls == on_host.recalls);
+        CHECK(on_dev.recall_blocks == on_host.recall_blocks);
+        CHECK(on_dev.attended == on_host.attended);
+        CHECK(on_dev.cpu_compute_ratio() < 1.0);
+        if (topk == 64 && m == CpuAttnMode::kParallel) {
+          // Every host block, with the true query: --sparse full's result, the resident part on
+          // the device (under ahead the CPU's part has the predicted query, the device's not).
+          std::vector<int64_t> s2;
+          HostStats st;
+          const KvConfig full = small_hybrid(8, SparsePolicy::kFull, m);
+          CHECK(worst_rel_error(got, run_counted(*on_cpu, full, ref, &s2, &st)) < 1e-4);
+        }
+        if (!cuda_is_emulated()) continue;  // the counts are the emulator's
+        // The recall copies are queued: the host waits for the stream once, for the logits.
+        for (int64_t s : syncs) CHECK(s == 1);
+      }
+    }
+}
