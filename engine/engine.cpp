@@ -320,6 +320,11 @@ void Engine::publish(double forward_s, double other_s, double other_cpu_s, int64
   }
   m.similarity_reuse_lookups = store_.reuse_lookups();
   m.similarity_reuse_hits = store_.reuse_hits();
+  const HostStats totals = store_.host_totals();
+  m.value_offload_logits = totals.quant_logits;
+  m.value_offload_err_sum = totals.quant_err_sum;
+  m.value_offload_err_max = totals.quant_err_max;
+  m.host_kv_bytes_read = totals.host_bytes_read;
   m.cpu_attention_busy_seconds = ha ? ha->busy_seconds() : 0.0;
   m.cpu_attention_wait_seconds = ha ? ha->wait_seconds() : 0.0;
   m.preemptions = scheduler_.preemptions();

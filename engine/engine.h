@@ -65,8 +65,12 @@ struct EngineMetrics {
   int64_t prefix_hit_tokens = 0;
   int64_t prefix_cached_blocks = 0;
   int64_t prefix_evicted_blocks = 0;
-  int64_t similarity_reuse_lookups = 0;   // --similarity-reuse: (layer, KV head) selections
-  int64_t similarity_reuse_hits = 0;      // of which reused the kept selection
+  int64_t similarity_reuse_lookups = 0;  // --similarity-reuse: (layer, KV head) selections
+  int64_t similarity_reuse_hits = 0;     // of which reused the kept selection
+  // --value-offload: sampled logits, their summed and largest |z~ - z| (HostStats::quant_*).
+  int64_t value_offload_logits = 0;
+  double value_offload_err_sum = 0, value_offload_err_max = 0;
+  int64_t host_kv_bytes_read = 0;         // host attention's KV reads of the selected entries
   double cpu_attention_busy_seconds = 0;  // host attention thread-seconds (0 with a dense store)
   double cpu_attention_wait_seconds = 0;  // forward pass waiting for host partials, seconds
   int64_t preemptions = 0;

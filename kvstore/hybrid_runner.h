@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "kvstore/hybrid_kv.h"
+#include "kvstore/key_quant.h"
 #include "kvstore/kv_step.h"
 #include "kvstore/step_plan.h"
 
@@ -65,6 +66,11 @@ class HybridRunner final : public KvStepRunner {
     std::vector<uint8_t> looked;  // per item: --similarity-reuse 0 off, 1 miss, 2 hit
     std::vector<std::vector<HostBlockRef>> refs;  // per item
     std::vector<std::vector<int32_t>> idx;        // per item: hgca's selected rows
+    // --value-offload: per item the approximate scores of its selected rows (HostBlockRef::s)
+    // and, for the sampled items, the quantisation error measured (kvstore/key_quant.h).
+    std::vector<std::vector<float>> scores;
+    std::vector<QuantError> qerr;
+    uint64_t scored = 0;  // items scored so far (every kQuantSampleEvery-th is measured)
   };
 
   void start(std::span<const StepRows> rows);
@@ -74,7 +80,8 @@ class HybridRunner final : public KvStepRunner {
   bool reads_query(const Backend& be) const;
   // Whether the policy's selection reads the query (topk's bounds, tau's scores).
   bool reads_query_to_select() const {
-    return sh_.cfg.sparse == SparsePolicy::kTopk || sh_.cfg.sparse == SparsePolicy::kTau;
+    return sh_.cfg.sparse == SparsePolicy::kTopk || sh_.cfg.sparse == SparsePolicy::kTau ||
+           sh_.cfg.value_offload;
   }
   // Whether sequence s has host work in a decode step of this layer.
   bool host_async(const Seq& s, int32_t layer) const;

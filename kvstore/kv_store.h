@@ -63,6 +63,9 @@ class KvStore final : public KvPlanner {
   // --similarity-reuse lookups and hits over every sequence so far (engine thread; 0 without).
   int64_t reuse_lookups() const { return shared_ ? shared_->reuse_lookups : 0; }
   int64_t reuse_hits() const { return shared_ ? shared_->reuse_hits : 0; }
+  // The host stats counted over every sequence so far: the --value-offload quantisation error
+  // and the host KV bytes read (engine thread; zero without a host tier).
+  HostStats host_totals() const { return shared_ ? shared_->totals : HostStats{}; }
   // Host counters of a sequence (zero for dense ones).
   static HostStats stats_of(const SequenceKv& seq) { return seq.host_stats(); }
 

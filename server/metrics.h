@@ -50,6 +50,11 @@ struct EngineGauges {
   int64_t prefix_cached_blocks = 0, prefix_evicted_blocks = 0;
   // --similarity-reuse: host selections looked up and reused ((layer, KV head) per decode step).
   int64_t similarity_reuse_lookups = 0, similarity_reuse_hits = 0;
+  // --value-offload: logits sampled, their summed and largest absolute error |z~ - z|; the host
+  // attention's KV bytes read.
+  int64_t value_offload_logits = 0;
+  double value_offload_err_sum = 0, value_offload_err_max = 0;
+  int64_t host_kv_bytes_read = 0;
 };
 
 class ServerMetrics {

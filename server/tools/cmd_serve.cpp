@@ -61,6 +61,10 @@ EngineGauges gauges_of(const EngineMetrics& m) {
   g.prefix_evicted_blocks = m.prefix_evicted_blocks;
   g.similarity_reuse_lookups = m.similarity_reuse_lookups;
   g.similarity_reuse_hits = m.similarity_reuse_hits;
+  g.value_offload_logits = m.value_offload_logits;
+  g.value_offload_err_sum = m.value_offload_err_sum;
+  g.value_offload_err_max = m.value_offload_err_max;
+  g.host_kv_bytes_read = m.host_kv_bytes_read;
   return g;
 }
 
