@@ -3,9 +3,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "kernels/common.h"
+#include "kernels/cpu/simd.h"
 
 namespace tandem {
 
@@ -57,22 +59,47 @@ void approx_scores(const uint8_t* codes, int32_t n, const float* kmin, const flo
       base[static_cast<size_t>(g)] += qs * kmin[c];
     }
   }
-  // Per row: its codes as floats once, then one dot product per query head (O(G d)).
+  // Per row: its codes as floats once (8 channels a vector), then one dot product per query head
+  // (O(G d)); d a multiple of 8 takes the vector path, any other the scalar one.
   const int64_t rb = code_row_bytes(d, bits);
+  const bool vec = d % 8 == 0;
   for (int32_t i = 0; i < n; ++i) {
     const uint8_t* r = codes + i * rb;
-    if (bits == 8) {
-      for (int32_t c = 0; c < d; ++c) row[static_cast<size_t>(c)] = static_cast<float>(r[c]);
-    } else {
-      for (int32_t c = 0; c < d; c += 2) {
-        row[static_cast<size_t>(c)] = static_cast<float>(r[c >> 1] & 0xF);
-        row[static_cast<size_t>(c) + 1] = static_cast<float>(r[c >> 1] >> 4);
+    float* f = row.data();
+    if (vec && bits == 8) {
+      for (int32_t c = 0; c < d; c += 8) {
+        const __m128i b8 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(r + c));
+        _mm256_storeu_ps(f + c, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(b8)));
       }
+    } else if (vec) {
+      // 4 bytes hold 8 channels: low nibble first. Each byte repeated, then shifted per lane.
+      const __m256i shifts = _mm256_setr_epi32(0, 4, 0, 4, 0, 4, 0, 4);
+      const __m256i mask = _mm256_set1_epi32(0xF);
+      for (int32_t c = 0; c < d; c += 8) {
+        uint32_t word;
+        std::memcpy(&word, r + c / 2, sizeof(word));
+        const __m256i bytes = _mm256_setr_epi32(
+            static_cast<int32_t>(word & 0xFF), static_cast<int32_t>(word & 0xFF),
+            static_cast<int32_t>((word >> 8) & 0xFF), static_cast<int32_t>((word >> 8) & 0xFF),
+            static_cast<int32_t>((word >> 16) & 0xFF), static_cast<int32_t>((word >> 16) & 0xFF),
+            static_cast<int32_t>(word >> 24), static_cast<int32_t>(word >> 24));
+        const __m256i nib = _mm256_and_si256(_mm256_srlv_epi32(bytes, shifts), mask);
+        _mm256_storeu_ps(f + c, _mm256_cvtepi32_ps(nib));
+      }
+    } else {
+      for (int32_t c = 0; c < d; ++c) f[c] = static_cast<float>(code_of(r, c, bits));
     }
     for (int32_t g = 0; g < G; ++g) {
       const float* wg = w.data() + static_cast<size_t>(g) * d;
       float dot = 0.0f;
-      for (int32_t c = 0; c < d; ++c) dot += wg[c] * row[static_cast<size_t>(c)];
+      if (vec) {
+        __m256 acc = _mm256_setzero_ps();
+        for (int32_t c = 0; c < d; c += 8)
+          acc = _mm256_fmadd_ps(_mm256_loadu_ps(wg + c), _mm256_loadu_ps(f + c), acc);
+        dot = cpu::hsum(acc);
+      } else {
+        for (int32_t c = 0; c < d; ++c) dot += wg[c] * f[c];
+      }
       z[int64_t{i} * G + g] = base[static_cast<size_t>(g)] + dot;
     }
   }

@@ -169,6 +169,37 @@ TEST_CASE("approximate scores equal q . dequantised keys (float64 reference)", "
   }
 }
 
+TEST_CASE("approximate scores: vector and scalar paths, 8 and 4 bits", "[value-offload]") {
+  std::mt19937 rng(23);
+  std::uniform_real_distribution<float> u(-2.0f, 2.0f);
+  for (int32_t bits : {8, 4})
+    for (int32_t d : {6, 8, 24, 40}) {  // 6: the scalar path (not a multiple of 8)
+      const int32_t n = 7, G = 3;
+      std::vector<float> kmin(d), kmax(d), q(static_cast<size_t>(G) * d);
+      for (int32_t c = 0; c < d; ++c) {
+        kmin[c] = u(rng);
+        kmax[c] = c == 1 ? kmin[c] : kmin[c] + std::abs(u(rng));
+      }
+      for (float& x : q) x = u(rng);
+      std::vector<uint8_t> codes(static_cast<size_t>(n * code_row_bytes(d, bits)));
+      std::uniform_int_distribution<int> byte(0, 255);
+      for (uint8_t& b : codes) b = static_cast<uint8_t>(byte(rng));
+      std::vector<float> z(static_cast<size_t>(n) * G), k(d);
+      approx_scores(codes.data(), n, kmin.data(), kmax.data(), d, bits, q.data(), G, 0.3f,
+                    z.data());
+      for (int32_t i = 0; i < n; ++i) {
+        dequantize_row(codes.data() + i * code_row_bytes(d, bits), kmin.data(), kmax.data(), d,
+                       bits, k.data());
+        for (int32_t g = 0; g < G; ++g) {
+          double ref = 0;
+          for (int32_t c = 0; c < d; ++c) ref += double(q[g * d + c]) * k[c];
+          INFO("bits " << bits << " d " << d << " row " << i << " head " << g);
+          CHECK(std::abs(z[i * G + g] - 0.3 * ref) <= 1e-5 * (1 + std::abs(0.3 * ref)));
+        }
+      }
+    }
+}
+
 TEST_CASE("value-offload selection: Eq. 4 over the approximate mass, or every entry",
           "[value-offload][selection]") {
   for (int32_t bits : {8, 4}) {
