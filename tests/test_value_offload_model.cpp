@@ -11,8 +11,10 @@
 #include "kvstore/key_quant.h"
 #include "kvstore/kv_store.h"
 #include "models/model.h"
+#include "server/metrics.h"
 #include "server/options.h"
 #include "server/tools/kv_options.h"
+#include "tests/engine_fixture.h"
 #include "tests/fake_device.h"
 #include "tests/test_model_runs.h"
 
@@ -256,4 +258,41 @@ TEST_CASE(
         store.release(std::move(a), tokens);
       }
     }
+}
+
+TEST_CASE("value offload in the engine: the error figures and bytes reach the metrics",
+          "[value-offload][engine]") {
+  Setup s;
+  KvConfig cfg = hybrid_config();
+  cfg.sparse = SparsePolicy::kTau;
+  cfg.value_offload = true;
+  KvStore store(s.model->backend(), s.model->kv_shape(), cfg, 8, 1024);
+  EngineOptions opt;
+  opt.max_batch = 8;
+  opt.prefill_chunk = 16;
+  Engine engine(*s.model, demo_tokenizer(), store, opt);
+  const auto prompts = story_prompts();
+  std::vector<std::shared_ptr<TokenStream>> streams;
+  for (const auto& p : prompts) streams.push_back(engine.submit(greedy(p, 40)));
+  for (auto& st : streams) CHECK(!collect(*st).tokens.empty());
+  const EngineMetrics m = wait_metrics(engine, [&](const EngineMetrics& x) {
+    return x.running == 0 && x.finished_length + x.finished_stop == std::ssize(prompts);
+  });
+  CHECK(m.value_offload_logits > 0);
+  CHECK(m.value_offload_err_sum > 0);
+  CHECK(m.value_offload_err_max > 0);
+  CHECK(m.value_offload_err_max < 1.0);  // 8-bit codes: a small fraction of a logit
+  CHECK(m.host_kv_bytes_read > 0);
+  EngineGauges g;
+  g.value_offload_logits = m.value_offload_logits;
+  g.value_offload_err_sum = m.value_offload_err_sum;
+  g.value_offload_err_max = m.value_offload_err_max;
+  g.host_kv_bytes_read = m.host_kv_bytes_read;
+  const std::string text = ServerMetrics().render(g);
+  using Catch::Contains;
+  CHECK_THAT(text, Contains("tandem_value_offload_logits_sampled_total " +
+                            std::to_string(m.value_offload_logits)));
+  CHECK_THAT(text, Contains("# TYPE tandem_value_offload_logit_abs_error_max gauge"));
+  CHECK_THAT(text, Contains("tandem_value_offload_logit_abs_error_sum "));
+  CHECK_THAT(text, Contains("tandem_host_kv_bytes_read_total "));
 }
