@@ -320,12 +320,16 @@ void Engine::publish(double forward_s, double other_s, double other_cpu_s, int64
   }
   m.similarity_reuse_lookups = store_.reuse_lookups();
   m.similarity_reuse_hits = store_.reuse_hits();
-  const HostStats topk = store_.topk_totals();
-  m.cpu_compute_ratio = topk.cpu_compute_ratio();
-  m.recalls = topk.recalls;
-  m.recall_blocks = topk.recall_blocks;
-  m.recall_bytes = topk.recall_bytes;
-  m.mean_recall_interval = topk.mean_recall_interval();
+  const HostStats totals = store_.host_totals();
+  m.cpu_compute_ratio = totals.cpu_compute_ratio();
+  m.recalls = totals.recalls;
+  m.recall_blocks = totals.recall_blocks;
+  m.recall_bytes = totals.recall_bytes;
+  m.mean_recall_interval = totals.mean_recall_interval();
+  m.value_offload_logits = totals.quant_logits;
+  m.value_offload_err_sum = totals.quant_err_sum;
+  m.value_offload_err_max = totals.quant_err_max;
+  m.host_kv_bytes_read = totals.host_bytes_read;
   m.cpu_attention_busy_seconds = ha ? ha->busy_seconds() : 0.0;
   m.cpu_attention_wait_seconds = ha ? ha->wait_seconds() : 0.0;
   m.preemptions = scheduler_.preemptions();

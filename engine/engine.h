@@ -72,6 +72,10 @@ struct EngineMetrics {
   double cpu_compute_ratio = 0;
   int64_t recalls = 0, recall_blocks = 0, recall_bytes = 0;
   double mean_recall_interval = 0;
+  // --value-offload: sampled logits, their summed and largest |z~ - z| (HostStats::quant_*).
+  int64_t value_offload_logits = 0;
+  double value_offload_err_sum = 0, value_offload_err_max = 0;
+  int64_t host_kv_bytes_read = 0;         // host attention's KV reads of the selected entries
   double cpu_attention_busy_seconds = 0;  // host attention thread-seconds (0 with a dense store)
   double cpu_attention_wait_seconds = 0;  // forward pass waiting for host partials, seconds
   int64_t preemptions = 0;

@@ -30,8 +30,8 @@ struct BlockAccess {
   float* dev_maw(int32_t id) const {
     return reinterpret_cast<float*>(mirror_k(id) + 2 * layout.dev_kv_bytes());
   }
-  // A host block: K [Hkv, tokens, d], V, digest min/max f32 [Hkv, d] (its MAW values are the
-  // sequence's: LayerTable::maw).
+  // A host block: K [Hkv, tokens, d], V, digest min/max f32 [Hkv, d], with --value-offload the
+  // key codes (its MAW values are the sequence's: LayerTable::maw).
   uint8_t* host_k(int32_t id) const { return static_cast<uint8_t*>(host.data(id)); }
   uint8_t* host_v(int32_t id) const { return host_k(id) + layout.dev_kv_bytes(); }
   float* host_kmin(int32_t id) const {
@@ -39,6 +39,11 @@ struct BlockAccess {
   }
   float* host_kmax(int32_t id) const {
     return host_kmin(id) + int64_t{layout.n_head_kv} * layout.head_dim;
+  }
+  // --value-offload: the block's key codes of head g, u8 [tokens, layout.code_row_bytes()].
+  uint8_t* host_codes(int32_t id, int32_t g) const {
+    return host_k(id) + 2 * layout.dev_kv_bytes() + 2 * row_elems() * 4 +
+           int64_t{g} * layout.tokens * layout.code_row_bytes();
   }
   int64_t row_elems() const { return int64_t{layout.n_head_kv} * layout.head_dim; }
   int64_t row_bytes() const { return row_elems() * dtype_size(layout.dtype); }

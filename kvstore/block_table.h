@@ -19,15 +19,21 @@ namespace tandem {
 struct BlockLayout {
   int32_t tokens = 0, n_head_kv = 0, head_dim = 0;
   DType dtype = DType::kF32;
+  int32_t key_bits = 0;  // --value-offload: bits of each host block's key codes (0: no codes)
   // Device block: K [tokens, n_head_kv, head_dim], V likewise, MAW f32 [tokens, n_head_kv].
   int64_t dev_kv_bytes() const {
     return int64_t{tokens} * n_head_kv * head_dim * dtype_size(dtype);
   }
   int64_t dev_bytes() const { return 2 * dev_kv_bytes() + int64_t{tokens} * n_head_kv * 4; }
   // Host block: K [n_head_kv, tokens, head_dim], V likewise, digest min and max f32
-  // [n_head_kv, head_dim] each. Its bytes are a function of the tokens alone (immutable once
-  // full), so the prefix cache can share it; the MAW values live with each sequence.
-  int64_t host_bytes() const { return 2 * dev_kv_bytes() + 2 * int64_t{n_head_kv} * head_dim * 4; }
+  // [n_head_kv, head_dim] each, then with --value-offload the key codes u8 [n_head_kv, tokens,
+  // code_row_bytes()]. Its bytes are a function of the tokens alone (immutable once full), so the
+  // prefix cache can share it; the MAW values live with each sequence.
+  int64_t code_row_bytes() const { return int64_t{head_dim} * key_bits / 8; }
+  int64_t code_bytes() const { return int64_t{n_head_kv} * tokens * code_row_bytes(); }
+  int64_t host_bytes() const {
+    return 2 * dev_kv_bytes() + 2 * int64_t{n_head_kv} * head_dim * 4 + code_bytes();
+  }
   int64_t maw_floats() const { return int64_t{tokens} * n_head_kv; }  // per host block
 };
 

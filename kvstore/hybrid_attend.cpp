@@ -68,6 +68,10 @@ void HybridRunner::submit(Backend& be, int32_t layer, const TensorView& q, int64
   const size_t n_items = items.size();
   slot.refs.resize(std::max(slot.refs.size(), n_items));
   slot.idx.resize(std::max(slot.idx.size(), n_items));
+  if (sh_.cfg.value_offload) {
+    slot.scores.resize(std::max(slot.scores.size(), n_items));
+    slot.qerr.assign(n_items, QuantError{});
+  }
   slot.picked.assign(n_items, 0);
   slot.looked.assign(n_items, 0);
   if (sh_.cfg.device_budget > 0) {  // what a recall ranks by (kvstore/hybrid_recall.cpp)
@@ -96,6 +100,18 @@ void HybridRunner::pick(int32_t layer, Slot& slot, std::span<HostAttnItem> items
     refs.clear();
     idx.clear();
     const HostHead head{spans.host, spans.host_tokens, sh_.blocks, p.g, spans.maw};
+    if (sh_.cfg.value_offload) {
+      // Scores from the key codes, the selection by them; the workers read values only. One
+      // item in kQuantSampleEvery also measures the scores against the stored keys.
+      auto& scores = slot.scores[item];
+      scores.clear();
+      QuantError* err = slot.scored++ % kQuantSampleEvery == 0 ? &slot.qerr[item] : nullptr;
+      slot.picked[item] =
+          select_quantized(head, items[item].q, G, sh.scale, sh_.cfg.tau,
+                           sh_.cfg.sparse == SparsePolicy::kFull, refs, idx, scores, err);
+      items[item].blocks = refs;
+      continue;
+    }
     auto select = [&]() -> int64_t {
       switch (sh_.cfg.sparse) {
         case SparsePolicy::kFull:
@@ -133,6 +149,17 @@ void HybridRunner::account(int32_t layer) {
     const Pick& p = slot.picks[item];
     HostStats& st = seqs_[p.seq].kv->stats();
     st.attended += slot.picked[item];
+    HostStats read;  // what the item adds to the sequence's and the store's totals
+    read.host_bytes_read =
+        host_kv_bytes(slot.refs[item], sh_.shape.head_dim, sh_.blocks.layout.dtype);
+    if (sh_.cfg.value_offload) {
+      const QuantError& e = slot.qerr[item];
+      read.quant_logits = e.n;
+      read.quant_err_sum = e.sum;
+      read.quant_err_max = e.max;
+    }
+    st += read;
+    sh_.totals += read;
     if (slot.looked[item] != 0) {
       ++st.reuse_lookups;
       ++sh_.reuse_lookups;

@@ -9,6 +9,7 @@
 #include "kernels/cpu/parallel.h"
 #include "kernels/cpu/simd.h"
 #include "kvstore/hybrid_runner.h"
+#include "kvstore/key_quant.h"
 #include "kvstore/selection.h"
 
 namespace tandem {
@@ -113,8 +114,22 @@ void HybridKv::push_host(LayerTable& l, int32_t id) const {
       std::make_unique<float[]>(static_cast<size_t>(shared_.blocks.layout.maw_floats())));
 }
 
+void HybridKv::quantize_head_rows(int32_t id, int32_t g, int32_t rows) const {
+  const BlockAccess& bk = shared_.blocks;
+  const int32_t b = shared_.geo.block, d = shared_.shape.head_dim, bits = bk.layout.key_bits;
+  const int64_t es = dtype_size(bk.layout.dtype), cb = bk.layout.code_row_bytes();
+  const float* kmin = bk.host_kmin(id) + int64_t{g} * d;
+  const float* kmax = bk.host_kmax(id) + int64_t{g} * d;
+  float stored[512];
+  TANDEM_CHECK(d <= 512, "head_dim ", d);
+  for (int32_t t = 0; t < rows; ++t) {
+    cpu::row_to_f32(bk.host_k(id) + (int64_t{g} * b + t) * d * es, bk.layout.dtype, stored, d);
+    quantize_row(stored, kmin, kmax, d, bits, bk.host_codes(id, g) + t * cb);
+  }
+}
+
 void HybridKv::write_host_row(int32_t id, float* maw_block, int32_t slot, const float* k_row,
-                              const float* v_row, const float* maw) {
+                              const float* v_row, const float* maw, bool codes) {
   const BlockAccess& bk = shared_.blocks;
   const int32_t b = shared_.geo.block, d = shared_.shape.head_dim, hkv = shared_.shape.n_head_kv;
   const DType t = bk.layout.dtype;
@@ -128,7 +143,21 @@ void HybridKv::write_host_row(int32_t id, float* maw_block, int32_t slot, const 
                       d);
     maw_block[int64_t{g} * b + slot] = maw[g];
     cpu::row_to_f32(kd, t, stored, d);  // the digest bounds the keys as stored
-    digest_add(bk.host_kmin(id) + int64_t{g} * d, bk.host_kmax(id) + int64_t{g} * d, stored, d);
+    float* kmin = bk.host_kmin(id) + int64_t{g} * d;
+    float* kmax = bk.host_kmax(id) + int64_t{g} * d;
+    // --value-offload: the codes of a block are relative to its digest, so a row that widens it
+    // re-codes the rows before it; one inside it is coded alone.
+    bool widens = false;
+    if (codes && bk.layout.key_bits != 0)
+      for (int32_t c = 0; c < d && !widens; ++c)
+        widens = stored[c] < kmin[c] || stored[c] > kmax[c];
+    digest_add(kmin, kmax, stored, d);
+    if (!codes || bk.layout.key_bits == 0) continue;
+    if (widens)
+      quantize_head_rows(id, g, slot + 1);
+    else
+      quantize_row(stored, kmin, kmax, d, bk.layout.key_bits,
+                   bk.host_codes(id, g) + slot * bk.layout.code_row_bytes());
   }
 }
 
@@ -136,7 +165,7 @@ void HybridKv::append_host_row(LayerTable& l, const float* k_row, const float* v
                                const float* maw) {
   if (l.host_tokens % shared_.geo.block == 0) new_host_block(l);
   write_host_row(l.host.back(), l.maw.back().get(), l.host_tokens % shared_.geo.block, k_row, v_row,
-                 maw);
+                 maw, true);
   ++l.host_tokens;
 }
 
@@ -149,8 +178,11 @@ void HybridKv::move_rows(int32_t host_id, float* maw_block, const uint8_t* k, co
     cpu::row_to_f32(k + t * row_bytes, bk.layout.dtype, row_k_.data(), row);
     cpu::row_to_f32(v + t * row_bytes, bk.layout.dtype, row_v_.data(), row);
     write_host_row(host_id, maw_block, t, row_k_.data(), row_v_.data(),
-                   maw != nullptr ? maw + int64_t{t} * hkv : zero_maw_.data());
+                   maw != nullptr ? maw + int64_t{t} * hkv : zero_maw_.data(), false);
   }
+  // --value-offload: the whole block coded once, over its final digest.
+  if (bk.layout.key_bits != 0)
+    for (int32_t g = 0; g < hkv; ++g) quantize_head_rows(host_id, g, shared_.geo.block);
 }
 
 void HybridKv::move_maw(float* maw_block, const float* maw) const {

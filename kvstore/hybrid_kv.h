@@ -78,9 +78,10 @@ struct HybridShared {
   PrefixCache* cache = nullptr;    // the store's prefix cache; null: none (--no-prefix-cache)
   // --similarity-reuse over every sequence: lookups and hits (the engine thread counts them).
   int64_t reuse_lookups = 0, reuse_hits = 0;
-  // topk's CPU compute ratios and --device-budget's recalls over every sequence (the ratio and
-  // recall fields of HostStats; the engine thread counts them).
-  HostStats totals;
+  // Over every sequence (the engine thread counts them): topk's CPU compute ratios,
+  // --device-budget's recalls, the --value-offload quantisation error sampled and the host KV
+  // bytes read (the ratio, recall, quant_* and host_bytes_read fields of HostStats).
+  HostStats totals{};
 };
 
 class HybridKv final : public SequenceKv {
@@ -187,8 +188,12 @@ class HybridKv final : public SequenceKv {
  private:
   void append_host_row(LayerTable& l, const float* k_row_heads, const float* v_row_heads,
                        const float* maw_heads);
+  // codes: keep the block's --value-offload key codes current (else the caller codes the block
+  // once it is written: quantize_head_rows).
   void write_host_row(int32_t id, float* maw_block, int32_t slot, const float* k_row_heads,
-                      const float* v_row_heads, const float* maw_heads);
+                      const float* v_row_heads, const float* maw_heads, bool codes);
+  // --value-offload: rows [0, rows) of head g of a host block coded over its digest.
+  void quantize_head_rows(int32_t id, int32_t g, int32_t rows) const;
   int32_t new_host_block(LayerTable& l);
   void clear_digest(int32_t id) const;              // an empty digest for a new host block
   void push_host(LayerTable& l, int32_t id) const;  // a host block at the end, MAW values 0

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "kvstore/hybrid_kv.h"
+#include "kvstore/key_quant.h"
 #include "kvstore/kv_step.h"
 #include "kvstore/step_plan.h"
 
@@ -69,6 +70,11 @@ class HybridRunner final : public KvStepRunner {
     // block's bound, what a recall ranks by.
     std::vector<std::vector<int32_t>> chosen;
     std::vector<std::vector<float>> bounds;
+    // --value-offload: per item the approximate scores of its selected rows (HostBlockRef::s)
+    // and, for the sampled items, the quantisation error measured (kvstore/key_quant.h).
+    std::vector<std::vector<float>> scores;
+    std::vector<QuantError> qerr;
+    uint64_t scored = 0;  // items scored so far (every kQuantSampleEvery-th is measured)
   };
 
   void start(std::span<const StepRows> rows);
@@ -78,7 +84,8 @@ class HybridRunner final : public KvStepRunner {
   bool reads_query(const Backend& be) const;
   // Whether the policy's selection reads the query (topk's bounds, tau's scores).
   bool reads_query_to_select() const {
-    return sh_.cfg.sparse == SparsePolicy::kTopk || sh_.cfg.sparse == SparsePolicy::kTau;
+    return sh_.cfg.sparse == SparsePolicy::kTopk || sh_.cfg.sparse == SparsePolicy::kTau ||
+           sh_.cfg.value_offload;
   }
   // Whether sequence s has host work in a decode step of this layer.
   bool host_async(const Seq& s, int32_t layer) const;

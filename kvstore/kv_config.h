@@ -31,6 +31,12 @@ struct KvConfig {
   bool similarity_reuse = false;
   float reuse_eta = 0.95f;   // the threshold of the most important heads (Eq. 7)
   float reuse_power = 2.0f;  // lambda = importance^power (Eq. 8)
+  // --value-offload (tau, full): HCAttention §3.1-3.2. Each host block also keeps its keys
+  // quantised to key_bits (8 or 4) per channel over the block's digest range; decode scores every
+  // host entry from those codes, selects by them (tau: Eq. 4; full: all) and the host sums the
+  // selected values with the approximate weights (Eq. 5), never reading the keys.
+  bool value_offload = false;
+  int32_t key_bits = 8;
   CpuAttnMode cpu_attn = CpuAttnMode::kAhead;
   int32_t cpu_threads = 0;  // host attention workers (0 = all cores)
   float maw_alpha = 0.1f;   // MAW moving-average factor

@@ -48,6 +48,20 @@ void KvConfig::validate() const {
   TANDEM_REQUIRE(
       !similarity_reuse || dense || sparse == SparsePolicy::kTopk || sparse == SparsePolicy::kTau,
       kInvalidArgument, "--similarity-reuse needs --sparse topk or tau, not ", policy_name(sparse));
+  // Value offload scores every host entry from the key codes and weighs the values by those
+  // scores: tau selects by them (Eq. 4), full weighs every entry (HCAttention's tau = 1). hgca and
+  // topk select otherwise, similarity reuse would keep a selection but not its scores, and the
+  // dense store has no host tier.
+  TANDEM_REQUIRE(
+      !value_offload || (!dense && (sparse == SparsePolicy::kTau || sparse == SparsePolicy::kFull)),
+      kInvalidArgument, "--value-offload needs the hybrid store with --sparse tau or full",
+      dense ? ", not --dense" : "", dense ? "" : ", not --sparse ",
+      dense ? "" : policy_name(sparse));
+  TANDEM_REQUIRE(!value_offload || !similarity_reuse, kInvalidArgument,
+                 "--value-offload and --similarity-reuse do not combine (a reused selection has no "
+                 "scores)");
+  TANDEM_REQUIRE(key_bits == 8 || key_bits == 4, kInvalidArgument,
+                 "--key-bits must be 8 or 4, not ", key_bits);
   TANDEM_REQUIRE(reuse_eta >= -1 && reuse_eta <= 1, kInvalidArgument,
                  "--reuse-eta must be in [-1, 1]");
   TANDEM_REQUIRE(reuse_power >= 0, kInvalidArgument, "--reuse-power must be >= 0");
@@ -88,6 +102,7 @@ std::string KvConfig::describe() const {
       os << recall_interval;
   }
   if (similarity_reuse) os << " similarity-reuse(eta=" << reuse_eta << ",p=" << reuse_power << ")";
+  if (value_offload) os << " value-offload(key-bits=" << key_bits << ")";
   os << " cpu-attn=" << mode_name(cpu_attn);
   if (kv_dtype != DType::kF32) os << " kv-dtype=" << dtype_name(kv_dtype);
   if (!prefix_cache) os << " no-prefix-cache";
@@ -101,7 +116,13 @@ KvStore::KvStore(Backend& backend, const KvShape& shape, const KvConfig& cfg, in
     : backend_(backend), shape_(shape), cfg_(cfg) {
   cfg_.validate();
   if (cfg_.dense) return;
-  const BlockLayout layout{cfg_.block, shape.n_head_kv, shape.head_dim, cfg_.kv_dtype};
+  const BlockLayout layout{cfg_.block, shape.n_head_kv, shape.head_dim, cfg_.kv_dtype,
+                           cfg_.value_offload ? cfg_.key_bits : 0};
+  // The codes live with the host blocks and the scoring runs on the host: on a device backend
+  // nothing would leave the device's memory, and the device window's rows are not coded there.
+  TANDEM_REQUIRE(!cfg_.value_offload || backend_.host_accessible(), kUnsupported,
+                 "--value-offload runs on the CPU backend only (--device cpu): its key codes and "
+                 "scoring live on the host, there is no device kernel for them");
   int64_t dev = cfg_.device_blocks;
   if (cfg_.device_gib > 0) {
     dev = static_cast<int64_t>(cfg_.device_gib * double(int64_t{1} << 30)) / layout.dev_bytes();
@@ -170,7 +191,8 @@ KvStore::KvStore(Backend& backend, const KvShape& shape, const KvConfig& cfg, in
     // serves one model, so the model needs no name here).
     const uint64_t salt = (uint64_t(cfg_.block) << 40) ^ (uint64_t(shared_->geo.sinks) << 24) ^
                           (uint64_t(cfg_.kv_dtype) << 16) ^ uint64_t(shape.head_dim) ^
-                          (uint64_t(shape.n_head_kv) << 8) ^ (uint64_t(shape.n_layer) << 56);
+                          (uint64_t(shape.n_head_kv) << 8) ^ (uint64_t(shape.n_layer) << 56) ^
+                          (uint64_t(layout.key_bits) << 32);
     cache_ =
         std::make_unique<PrefixCache>(*host_, shape.n_layer, shared_->geo.sinks, cfg_.block, salt);
     shared_->cache = cache_.get();

@@ -63,9 +63,10 @@ class KvStore final : public KvPlanner {
   // --similarity-reuse lookups and hits over every sequence so far (engine thread; 0 without).
   int64_t reuse_lookups() const { return shared_ ? shared_->reuse_lookups : 0; }
   int64_t reuse_hits() const { return shared_ ? shared_->reuse_hits : 0; }
-  // topk's CPU compute ratios and --device-budget's recalls over every sequence so far (engine
-  // thread; zero without).
-  HostStats topk_totals() const { return shared_ ? shared_->totals : HostStats{}; }
+  // The host stats counted over every sequence so far (engine thread; zero without a host tier):
+  // topk's CPU compute ratios, --device-budget's recalls, the --value-offload quantisation error
+  // and the host KV bytes read.
+  HostStats host_totals() const { return shared_ ? shared_->totals : HostStats{}; }
   // Host counters of a sequence (zero for dense ones).
   static HostStats stats_of(const SequenceKv& seq) { return seq.host_stats(); }
 

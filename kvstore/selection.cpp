@@ -3,8 +3,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 
+#include "kernels/common.h"
 #include "kernels/cpu/simd.h"
 
 namespace tandem {
@@ -118,19 +120,64 @@ int64_t select_hgca(const HostHead& h, float threshold, std::vector<HostBlockRef
   return rows;
 }
 
-int64_t select_tau(const HostHead& h, const float* qg, int32_t G, float scale, float tau,
-                   std::vector<HostBlockRef>& refs, std::vector<int32_t>& idx) {
+namespace {
+
+// Eq. 4 over the scores z [n, G] of a head's n host entries (each query head's softmax over them,
+// averaged over the group): the largest masses first until their sum reaches tau (all of them if
+// rounding never does), ties broken by position. order receives the positions; the first k
+// (returned) are the selection, ascending.
+size_t tau_prefix(const float* z, int32_t n, int32_t G, float tau, std::vector<int32_t>& order) {
+  thread_local std::vector<double> mass;
+  mass.assign(static_cast<size_t>(n), 0.0);
+  for (int32_t g = 0; g < G; ++g) {
+    float m = -std::numeric_limits<float>::infinity();
+    for (int32_t p = 0; p < n; ++p) m = std::max(m, z[static_cast<size_t>(p) * G + g]);
+    double sum = 0;
+    for (int32_t p = 0; p < n; ++p) sum += std::exp(double(z[static_cast<size_t>(p) * G + g]) - m);
+    for (int32_t p = 0; p < n; ++p)
+      mass[static_cast<size_t>(p)] +=
+          std::exp(double(z[static_cast<size_t>(p) * G + g]) - m) / (sum * G);
+  }
+  order.resize(static_cast<size_t>(n));
+  std::iota(order.begin(), order.end(), 0);
+  std::sort(order.begin(), order.end(), [&](int32_t a, int32_t c) {
+    const double ma = mass[static_cast<size_t>(a)], mc = mass[static_cast<size_t>(c)];
+    return ma > mc || (ma == mc && a < c);
+  });
+  size_t k = 0;
+  for (double acc = 0; k < order.size() && acc < tau;) acc += mass[static_cast<size_t>(order[k++])];
+  std::sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(k));
+  return k;
+}
+
+// The refs of the ascending positions pos[0, k): per block its selected rows, listed in idx (not
+// grown after the refs point into it). Returns the offset of the first in idx.
+size_t refs_of_positions(const HostHead& h, const int32_t* pos, size_t k,
+                         std::vector<HostBlockRef>& refs, std::vector<int32_t>& idx) {
+  const int32_t b = h.blocks.layout.tokens;
+  const size_t first = idx.size();
+  idx.insert(idx.end(), pos, pos + k);
+  for (size_t i = first; i < idx.size(); ++i) idx[i] %= b;
+  for (size_t a = 0; a < k;) {
+    const int32_t j = pos[a] / b;
+    size_t e = a;
+    while (e < k && pos[e] / b == j) ++e;
+    HostBlockRef r = h.ref(j);
+    r.idx = idx.data() + first + a;
+    r.n_idx = static_cast<int32_t>(e - a);
+    refs.push_back(r);
+    a = e;
+  }
+  return first;
+}
+
+// Exact scores scale * q_g . k of every host entry, from the keys as stored: z [n, G].
+void exact_scores(const HostHead& h, const float* qg, int32_t G, float scale, float* z) {
   const int32_t b = h.blocks.layout.tokens, d = h.blocks.layout.head_dim;
   const DType t = h.blocks.layout.dtype;
   const int64_t es = dtype_size(t);
-  const int32_t n = h.host_tokens;
-  if (n == 0) return 0;
-  thread_local std::vector<float> z, krow;
-  thread_local std::vector<double> mass;
-  thread_local std::vector<int32_t> order;
-  z.resize(static_cast<size_t>(n) * G);
+  thread_local std::vector<float> krow;
   krow.resize(static_cast<size_t>(d));
-  // Scores of every host entry for each query head of the group, from the keys as stored.
   for (int32_t j = 0; j < h.count(); ++j) {
     const HostBlockRef r = h.ref(j);
     for (int32_t i = 0; i < r.n; ++i) {
@@ -144,41 +191,69 @@ int64_t select_tau(const HostHead& h, const float* qg, int32_t G, float scale, f
       }
     }
   }
-  // Each head's softmax over the host entries, averaged over the group: the entries' mass.
-  mass.assign(static_cast<size_t>(n), 0.0);
-  for (int32_t g = 0; g < G; ++g) {
-    float m = -std::numeric_limits<float>::infinity();
-    for (int32_t p = 0; p < n; ++p) m = std::max(m, z[static_cast<size_t>(p) * G + g]);
-    double sum = 0;
-    for (int32_t p = 0; p < n; ++p) sum += std::exp(double(z[static_cast<size_t>(p) * G + g]) - m);
-    for (int32_t p = 0; p < n; ++p)
-      mass[static_cast<size_t>(p)] +=
-          std::exp(double(z[static_cast<size_t>(p) * G + g]) - m) / (sum * G);
+}
+
+}  // namespace
+
+int64_t select_tau(const HostHead& h, const float* qg, int32_t G, float scale, float tau,
+                   std::vector<HostBlockRef>& refs, std::vector<int32_t>& idx) {
+  const int32_t n = h.host_tokens;
+  if (n == 0) return 0;
+  thread_local std::vector<float> z;
+  thread_local std::vector<int32_t> order;
+  z.resize(static_cast<size_t>(n) * G);
+  exact_scores(h, qg, G, scale, z.data());
+  const size_t k = tau_prefix(z.data(), n, G, tau, order);
+  refs_of_positions(h, order.data(), k, refs, idx);
+  return static_cast<int64_t>(k);
+}
+
+void approx_head_scores(const HostHead& h, const float* qg, int32_t G, float scale, float* z) {
+  const BlockAccess& bk = h.blocks;
+  const int32_t b = bk.layout.tokens, d = bk.layout.head_dim, bits = bk.layout.key_bits;
+  TANDEM_CHECK(bits == 8 || bits == 4, "approximate scores without key codes (--value-offload)");
+  for (int32_t j = 0; j < h.count(); ++j) {
+    const int32_t id = h.host[static_cast<size_t>(j)];
+    approx_scores(bk.host_codes(id, h.g), h.rows_of(j), bk.host_kmin(id) + int64_t{h.g} * d,
+                  bk.host_kmax(id) + int64_t{h.g} * d, d, bits, qg, G, scale,
+                  z + int64_t{j} * b * G);
   }
-  // Eq. 4: the largest first, until their sum reaches tau (all of them if rounding never does).
-  order.resize(static_cast<size_t>(n));
-  std::iota(order.begin(), order.end(), 0);
-  std::sort(order.begin(), order.end(), [&](int32_t a, int32_t c) {
-    const double ma = mass[static_cast<size_t>(a)], mc = mass[static_cast<size_t>(c)];
-    return ma > mc || (ma == mc && a < c);
-  });
-  size_t k = 0;
-  for (double acc = 0; k < order.size() && acc < tau;) acc += mass[static_cast<size_t>(order[k++])];
-  std::sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(k));
-  // Per block, its selected rows (idx is not grown after the refs point into it).
-  const size_t first = idx.size();
-  idx.insert(idx.end(), order.begin(), order.begin() + static_cast<std::ptrdiff_t>(k));
-  for (size_t i = first; i < idx.size(); ++i) idx[i] %= b;
-  for (size_t a = 0; a < k;) {
-    const int32_t j = order[a] / b;
-    size_t z2 = a;
-    while (z2 < k && order[z2] / b == j) ++z2;
-    HostBlockRef r = h.ref(j);
-    r.idx = idx.data() + first + a;
-    r.n_idx = static_cast<int32_t>(z2 - a);
-    refs.push_back(r);
-    a = z2;
+}
+
+int64_t select_quantized(const HostHead& h, const float* qg, int32_t G, float scale, float tau,
+                         bool all, std::vector<HostBlockRef>& refs, std::vector<int32_t>& idx,
+                         std::vector<float>& scores, QuantError* err) {
+  const int32_t n = h.host_tokens, b = h.blocks.layout.tokens;
+  if (n == 0) return 0;
+  thread_local std::vector<float> z, exact;
+  thread_local std::vector<int32_t> order;
+  z.resize(static_cast<size_t>(n) * G);
+  approx_head_scores(h, qg, G, scale, z.data());
+  if (err != nullptr) {  // the sampled item: every logit against the exact one
+    exact.resize(z.size());
+    exact_scores(h, qg, G, scale, exact.data());
+    for (size_t i = 0; i < z.size(); ++i) err->add(std::fabs(double(z[i]) - double(exact[i])));
   }
+  const size_t first = scores.size();
+  if (all) {  // every entry, with its approximate weight
+    scores.insert(scores.end(), z.begin(), z.end());
+    for (int32_t j = 0; j < h.count(); ++j) {
+      HostBlockRef r = h.ref(j);
+      r.s = scores.data() + first + static_cast<size_t>(j) * b * G;
+      refs.push_back(r);
+    }
+    return n;
+  }
+  const size_t k = tau_prefix(z.data(), n, G, tau, order);
+  for (size_t a = 0; a < k; ++a) {
+    const float* zp = z.data() + static_cast<size_t>(order[a]) * G;
+    scores.insert(scores.end(), zp, zp + G);
+  }
+  // scores is complete: the refs may point into it (their rows in the same order).
+  const size_t ref0 = refs.size();
+  refs_of_positions(h, order.data(), k, refs, idx);
+  for (size_t r = ref0, row = 0; r < refs.size(); row += static_cast<size_t>(refs[r].n_idx), ++r)
+    refs[r].s = scores.data() + first + row * G;
   return static_cast<int64_t>(k);
 }
 

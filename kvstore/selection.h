@@ -10,6 +10,7 @@
 
 #include "kernels/cpu/host_kernel.h"
 #include "kvstore/block_access.h"
+#include "kvstore/key_quant.h"
 
 namespace tandem {
 
@@ -63,5 +64,18 @@ int64_t select_hgca(const HostHead& h, float threshold, std::vector<HostBlockRef
 // heads qg [G, d] (scores scale * q.k from the stored keys); ties broken by position.
 int64_t select_tau(const HostHead& h, const float* qg, int32_t G, float scale, float tau,
                    std::vector<HostBlockRef>& refs, std::vector<int32_t>& idx);
+
+// Value offload (--value-offload, HCAttention Eq. 2-5). The approximate scores z [n, G] of every
+// host entry of the head (position-major: z[p * G + g]) from the blocks' key codes
+// (kvstore/key_quant.h) for the group's queries qg [G, d].
+void approx_head_scores(const HostHead& h, const float* qg, int32_t G, float scale, float* z);
+// Selection by the approximate scores: with `all` every entry (--sparse full), else the fewest
+// whose approximate mass reaches tau, exactly as select_tau does with exact scores. Appends to
+// scores the approximate scores [rows, G] of the selected rows in the order of the refs, which
+// point into it (HostBlockRef::s), so the host reads no K. err: when set, receives |z~ - z| of
+// every entry and query head against the exact scores of the stored keys (a sampled item).
+int64_t select_quantized(const HostHead& h, const float* qg, int32_t G, float scale, float tau,
+                         bool all, std::vector<HostBlockRef>& refs, std::vector<int32_t>& idx,
+                         std::vector<float>& scores, QuantError* err = nullptr);
 
 }  // namespace tandem

@@ -32,6 +32,14 @@ struct HostStats {
   // (the post-prefill choice included) and their bytes, and the decode steps between each recall
   // and the layer's previous one (or its post-prefill choice), summed.
   int64_t recalls = 0, recall_blocks = 0, recall_bytes = 0, recall_steps = 0;
+  // --value-offload: the key quantisation's error on the scaled logits |z~ - z|, measured over
+  // every host entry and query head of a sample of the scored (sequence, layer, KV head) items
+  // (kvstore/key_quant.h): how many logits, their summed and largest absolute error.
+  int64_t quant_logits = 0;
+  double quant_err_sum = 0, quant_err_max = 0;
+  // Bytes of host KV the host attention read for the selected entries (K and V; V only under
+  // --value-offload, whose scores come from the codes).
+  int64_t host_bytes_read = 0;
   // The share of the host entries the policy attended (0 without any).
   double attended_fraction() const {
     return host_entries > 0 ? static_cast<double>(attended) / static_cast<double>(host_entries)
@@ -47,6 +55,9 @@ struct HostStats {
   double mean_recall_interval() const {
     return recalls > 0 ? static_cast<double>(recall_steps) / static_cast<double>(recalls) : 0.0;
   }
+  double quant_err_mean() const {
+    return quant_logits > 0 ? quant_err_sum / static_cast<double>(quant_logits) : 0.0;
+  }
   HostStats& operator+=(const HostStats& o) {
     ratio_sum += o.ratio_sum;
     ratio_count += o.ratio_count;
@@ -59,6 +70,10 @@ struct HostStats {
     decode_layers += o.decode_layers;
     reuse_lookups += o.reuse_lookups;
     reuse_hits += o.reuse_hits;
+    quant_logits += o.quant_logits;
+    quant_err_sum += o.quant_err_sum;
+    quant_err_max = quant_err_max > o.quant_err_max ? quant_err_max : o.quant_err_max;
+    host_bytes_read += o.host_bytes_read;
     return *this;
   }
 };

@@ -227,6 +227,20 @@ std::string ServerMetrics::render(const EngineGauges& g) const {
          static_cast<double>(g.recall_bytes));
   metric(out, "tandem_recall_interval_mean", "gauge",
          "--device-budget: mean decode steps between a layer's recalls.", g.mean_recall_interval);
+  metric(out, "tandem_host_kv_bytes_read_total", "counter",
+         "KV bytes the host attention read for the selected host entries (values only under "
+         "--value-offload).",
+         static_cast<double>(g.host_kv_bytes_read));
+  metric(out, "tandem_value_offload_logits_sampled_total", "counter",
+         "Scaled logits whose --value-offload key-quantisation error was measured (every 16th "
+         "scored item, all its entries and query heads).",
+         static_cast<double>(g.value_offload_logits));
+  metric(out, "tandem_value_offload_logit_abs_error_sum", "counter",
+         "Sum of |approximate - exact| scaled logits over the sampled ones (divide by "
+         "tandem_value_offload_logits_sampled_total for the mean).",
+         g.value_offload_err_sum);
+  metric(out, "tandem_value_offload_logit_abs_error_max", "gauge",
+         "Largest |approximate - exact| scaled logit sampled.", g.value_offload_err_max);
   return out;
 }
 

@@ -55,6 +55,11 @@ struct EngineGauges {
   double cpu_compute_ratio = 0;
   int64_t recalls = 0, recall_blocks = 0, recall_bytes = 0;
   double mean_recall_interval = 0;
+  // --value-offload: logits sampled, their summed and largest absolute error |z~ - z|; the host
+  // attention's KV bytes read.
+  int64_t value_offload_logits = 0;
+  double value_offload_err_sum = 0, value_offload_err_max = 0;
+  int64_t host_kv_bytes_read = 0;
 };
 
 class ServerMetrics {

@@ -179,6 +179,14 @@ constexpr OptionSpec kOptions[] = {
     number("reuse-power", kLoads, kKv, "P", "2", 0, 64,
            "--similarity-reuse: exponent p of lambda = importance^p in the thresholds (larger: "
            "more reuse by heads of middling importance)"),
+    flag("value-offload", kLoads, kKv,
+         "--sparse tau or full: score the host entries from quantised keys (--key-bits) and sum "
+         "the selected values with those approximate weights, never reading the host keys "
+         "(HCAttention value offload; CPU backend; an error with hgca, topk, --dense or "
+         "--similarity-reuse)"),
+    choice("key-bits", kLoads, kKv, "8|4", "8",
+           "--value-offload: bits of the key codes (per block, KV head and channel over the "
+           "block's min/max)"),
     choice("cpu-attn", kLoads, kKv, "parallel|ahead|ahead-oracle", "ahead",
            "start of the host attention: with the layer's true query (parallel), one layer early "
            "with a predicted one (ahead), or ahead fed the true query (ahead-oracle, a diagnosis "

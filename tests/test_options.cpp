@@ -124,6 +124,8 @@ TEST_CASE("the table's defaults are the defaults of the structs they fill", "[op
   CHECK(kv.similarity_reuse == want.similarity_reuse);
   CHECK(kv.reuse_eta == want.reuse_eta);
   CHECK(kv.reuse_power == want.reuse_power);
+  CHECK(kv.value_offload == want.value_offload);
+  CHECK(kv.key_bits == want.key_bits);
   CHECK(kv.cpu_attn == want.cpu_attn);
   CHECK(kv.cpu_threads == want.cpu_threads);
   CHECK(kv.maw_alpha == want.maw_alpha);

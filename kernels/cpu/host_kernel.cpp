@@ -182,15 +182,17 @@ class GroupAttention {
  public:
   using T = typename E::T;
 
+  // q null: the scores come with the blocks (HostBlockRef::s, value offload).
   GroupAttention(const float* q, int32_t G, int32_t d, float scale, Scratch& w)
-      : G_(G), d_(d), w_(w) {
+      : G_(G), d_(d), scored_(q == nullptr), w_(w) {
     const size_t gd = static_cast<size_t>(G) * static_cast<size_t>(d);
     w_.qs.resize(gd);
     w_.acc.assign(gd, 0.0f);
     w_.s.resize(static_cast<size_t>(G) * kChunkRows);
     w_.m.assign(static_cast<size_t>(G), kNegInf);
     w_.l.assign(static_cast<size_t>(G), 0.0f);
-    for (size_t i = 0; i < gd; ++i) w_.qs[i] = q[i] * scale;
+    if (!scored_)
+      for (size_t i = 0; i < gd; ++i) w_.qs[i] = q[i] * scale;
     // Passes of at most kMaxPass heads, as even as possible (6 heads: 3 + 3).
     const int32_t n_pass = (G + kMaxPass - 1) / kMaxPass;
     for (int32_t i = 0, h0 = 0; i < n_pass; ++i) {
@@ -205,7 +207,9 @@ class GroupAttention {
     TANDEM_CHECK(b.n >= 0 && b.n_idx >= 0, "host block n=", b.n, " n_idx=", b.n_idx);
     const int32_t rows = b.rows();
     if (rows == 0) return;
-    TANDEM_CHECK(b.k != nullptr && b.v != nullptr, "host block without K or V");
+    TANDEM_CHECK((b.s != nullptr) == scored_, "host blocks ",
+                 scored_ ? "without their given scores" : "mixing given and computed scores");
+    TANDEM_CHECK((scored_ || b.k != nullptr) && b.v != nullptr, "host block without K or V");
     const T* k = static_cast<const T*>(b.k);
     const T* v = static_cast<const T*>(b.v);
     TANDEM_CHECK(b.stride == 0 || b.stride >= d_, "host block row stride ", b.stride, " < ", d_);
@@ -216,7 +220,10 @@ class GroupAttention {
         r = b.idx[i];
         TANDEM_CHECK(r >= 0 && r < b.n, "host block idx ", r, " outside [0, ", b.n, ")");
       }
-      push(k + r * d, v + r * d);
+      if (scored_)
+        push(nullptr, v + r * d, b.s + int64_t{i} * G_);
+      else
+        push(k + r * d, v + r * d, nullptr);
     }
   }
 
@@ -251,15 +258,17 @@ class GroupAttention {
   struct Chunk {
     const T* k[kChunkRows];
     const T* v[kChunkRows];
+    const float* z[kChunkRows];  // given scores [G] per row (scored_)
     int32_t n = 0;
   };
 
   // Two chunks: the one being filled and the full one before it, processed once the next is
   // full, so that its K rows can be prefetched during the previous one's values.
-  void push(const T* k, const T* v) {
+  void push(const T* k, const T* v, const float* z) {
     Chunk& c = chunks_[fill_];
     c.k[c.n] = k;
     c.v[c.n] = v;
+    c.z[c.n] = z;
     if (++c.n < kChunkRows) return;
     if (pending_) process(chunks_[fill_ ^ 1], &c);
     pending_ = true;
@@ -280,11 +289,18 @@ class GroupAttention {
     // Software prefetch, spread over the compute so the loads overlap it (measured: about 2x
     // the throughput from memory, nothing lost in cache): the score pass prefetches this
     // chunk's V rows, the column sweeps of the values the next chunk's K rows, column by column.
+    // With given scores there are no K rows: the next chunk's V rows are prefetched instead.
     const int32_t pf_k = next != nullptr ? next->n : 0;
-    for (size_t i = 0; i < passes_.size(); ++i) {
-      const Pass& ps = passes_[i];
-      ps.fns.score(kp_, nr_pad, w_.qs.data() + ps.h0 * d_, d_, s + ps.h0 * kChunkRows, vp_,
-                   i == 0 ? nr : 0);
+    const T* const* pf_rows = next == nullptr ? nullptr : scored_ ? next->v : next->k;
+    if (scored_) {
+      for (int32_t j = 0; j < nr; ++j)
+        for (int32_t g = 0; g < G_; ++g) s[g * kChunkRows + j] = chunk.z[j][g];
+    } else {
+      for (size_t i = 0; i < passes_.size(); ++i) {
+        const Pass& ps = passes_[i];
+        ps.fns.score(kp_, nr_pad, w_.qs.data() + ps.h0 * d_, d_, s + ps.h0 * kChunkRows, vp_,
+                     i == 0 ? nr : 0);
+      }
     }
     for (int32_t g = 0; g < G_; ++g) {
       float* sg = s + g * kChunkRows;
@@ -322,12 +338,13 @@ class GroupAttention {
     }
     for (size_t i = 0; i < passes_.size(); ++i) {
       const Pass& ps = passes_[i];
-      ps.fns.value(vp_, nr, s + ps.h0 * kChunkRows, w_.acc.data() + ps.h0 * d_, d_,
-                   next ? next->k : nullptr, i == 0 ? pf_k : 0);
+      ps.fns.value(vp_, nr, s + ps.h0 * kChunkRows, w_.acc.data() + ps.h0 * d_, d_, pf_rows,
+                   i == 0 ? pf_k : 0);
     }
   }
 
   int32_t G_, d_;
+  bool scored_;  // scores given with the blocks: no score pass, K not read
   Scratch& w_;
   std::vector<Pass> passes_;
   Chunk chunks_[2];
@@ -335,6 +352,7 @@ class GroupAttention {
   bool pending_ = false;  // the other chunk is full and waits for this one
 };
 
+// q null: the blocks carry their scores.
 template <typename E>
 void attend_typed(const float* q, int32_t G, int32_t d, float scale,
                   std::span<const HostBlockRef> blocks, float* o, float* lse) {
@@ -351,6 +369,12 @@ void host_attend_group(const float* q, int32_t G, int32_t d, float scale, DType 
   TANDEM_CHECK(G >= 1, "host attention G=", G);
   TANDEM_CHECK(d >= 8 && d % 8 == 0, "host attention head_dim ", d, " is not a multiple of 8");
   TANDEM_CHECK(q != nullptr && o != nullptr && lse != nullptr, "host attention null q/o/lse");
+  // Blocks with given scores (value offload) take the weighted-value path.
+  for (const HostBlockRef& b : blocks)
+    if (b.rows() > 0) {
+      if (b.s != nullptr) return host_weighted_values(G, d, kv_dtype, blocks, o, lse);
+      break;
+    }
   switch (kv_dtype) {
     case DType::kF32:
       return attend_typed<cpu::F32>(q, G, d, scale, blocks, o, lse);
@@ -364,10 +388,28 @@ void host_attend_group(const float* q, int32_t G, int32_t d, float scale, DType 
   TANDEM_CHECK(false, "host attention KV dtype ", dtype_name(kv_dtype));
 }
 
+void host_weighted_values(int32_t G, int32_t d, DType kv_dtype,
+                          std::span<const HostBlockRef> blocks, float* o, float* lse) {
+  TANDEM_CHECK(G >= 1, "host attention G=", G);
+  TANDEM_CHECK(d >= 8 && d % 8 == 0, "host attention head_dim ", d, " is not a multiple of 8");
+  TANDEM_CHECK(o != nullptr && lse != nullptr, "host attention null o/lse");
+  switch (kv_dtype) {
+    case DType::kF32:
+      return attend_typed<cpu::F32>(nullptr, G, d, 1.0f, blocks, o, lse);
+    case DType::kF16:
+      return attend_typed<cpu::F16>(nullptr, G, d, 1.0f, blocks, o, lse);
+    case DType::kBF16:
+      return attend_typed<cpu::BF16>(nullptr, G, d, 1.0f, blocks, o, lse);
+    default:
+      break;
+  }
+  TANDEM_CHECK(false, "host attention KV dtype ", dtype_name(kv_dtype));
+}
+
 int64_t host_kv_bytes(std::span<const HostBlockRef> blocks, int32_t d, DType kv_dtype) {
   int64_t rows = 0;
-  for (const HostBlockRef& b : blocks) rows += b.rows();
-  return 2 * rows * d * dtype_size(kv_dtype);
+  for (const HostBlockRef& b : blocks) rows += int64_t{b.rows()} * (b.s != nullptr ? 1 : 2);
+  return rows * d * dtype_size(kv_dtype);
 }
 
 }  // namespace tandem

@@ -25,6 +25,9 @@ struct HostBlockRef {
                                  // [0, n); nullptr = all n rows
   int32_t n_idx = 0;
   int64_t stride = 0;  // elements from one row to the next; 0 = head_dim (contiguous rows)
+  // Optional given scores (value offload): s[i * G + g] is the score, already scaled, of the
+  // block's i-th selected row for query head g of the call; K is then not read (k may be null).
+  const float* s = nullptr;
 
   // Rows this block contributes.
   int32_t rows() const { return idx != nullptr ? n_idx : n; }
@@ -43,7 +46,15 @@ inline constexpr int32_t kChunkRows = 32;
 void host_attend_group(const float* q, int32_t G, int32_t d, float scale, DType kv_dtype,
                        std::span<const HostBlockRef> blocks, float* o, float* lse);
 
-// Bytes of K and V that host_attend_group reads for these blocks (selected rows only).
+// The weighted-value kernel of value offload (HCAttention Eq. 5): the same partial as
+// host_attend_group, o = softmax(s) V and lse = logsumexp(s) per query head, over scores given
+// with every block (HostBlockRef::s; K is not read). Blocks without s are an error here;
+// host_attend_group itself takes this path when its blocks carry scores (all or none of them).
+void host_weighted_values(int32_t G, int32_t d, DType kv_dtype,
+                          std::span<const HostBlockRef> blocks, float* o, float* lse);
+
+// Bytes of K and V that host_attend_group reads for these blocks (selected rows only; V only for
+// blocks with given scores).
 int64_t host_kv_bytes(std::span<const HostBlockRef> blocks, int32_t d, DType kv_dtype);
 
 }  // namespace tandem

@@ -42,7 +42,8 @@ KvFootprint kv_footprint(const KvShape& s, const KvConfig& cfg, int32_t tokens, 
     f.device = 2 * int64_t{s.n_layer} * tokens * s.n_head_kv * s.head_dim * 4;
     return f;
   }
-  const BlockLayout layout{cfg.block, s.n_head_kv, s.head_dim, cfg.kv_dtype};
+  const BlockLayout layout{cfg.block, s.n_head_kv, s.head_dim, cfg.kv_dtype,
+                           cfg.value_offload ? cfg.key_bits : 0};
   f.device = HybridKv::device_blocks_for(cfg, s.n_layer, tokens) * layout.dev_bytes();
   const int32_t sinks = cfg.window == 0 ? 0 : std::min(cfg.sinks, cfg.block);
   const int64_t host_tokens = std::max<int64_t>(0, tokens - sinks - cfg.window);
@@ -336,6 +337,13 @@ int cmd_bench_decode(const Options& f) {
       if (!cfg.dense && cfg.similarity_reuse) {
         j["similarity_reuse_lookups"] = host.reuse_lookups;
         j["similarity_reuse_hit_ratio"] = host.reuse_hit_ratio();
+      }
+      if (!cfg.dense) j["host_kv_bytes_read"] = host.host_bytes_read;
+      if (!cfg.dense && cfg.value_offload) {
+        j["key_bits"] = cfg.key_bits;
+        j["quant_logits_sampled"] = host.quant_logits;
+        j["quant_logit_abs_err_mean"] = host.quant_err_mean();
+        j["quant_logit_abs_err_max"] = host.quant_err_max;
       }
       if (cuda_is_emulated() && std::string_view(backend->name()) == "cuda")
         j["emulator"] = emulator_json(emu, steps);

@@ -66,6 +66,10 @@ EngineGauges gauges_of(const EngineMetrics& m) {
   g.recall_blocks = m.recall_blocks;
   g.recall_bytes = m.recall_bytes;
   g.mean_recall_interval = m.mean_recall_interval;
+  g.value_offload_logits = m.value_offload_logits;
+  g.value_offload_err_sum = m.value_offload_err_sum;
+  g.value_offload_err_max = m.value_offload_err_max;
+  g.host_kv_bytes_read = m.host_kv_bytes_read;
   return g;
 }
 

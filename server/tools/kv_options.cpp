@@ -35,6 +35,8 @@ KvConfig kv_config_of(const Options& o) {
   c.similarity_reuse = o.flag("similarity-reuse");
   c.reuse_eta = static_cast<float>(o.number("reuse-eta"));
   c.reuse_power = static_cast<float>(o.number("reuse-power"));
+  c.value_offload = o.flag("value-offload");
+  c.key_bits = o.pick<int32_t>("key-bits", {{"8", 8}, {"4", 4}});
   c.cpu_attn = o.pick<CpuAttnMode>("cpu-attn", {{"parallel", CpuAttnMode::kParallel},
                                                 {"ahead", CpuAttnMode::kAhead},
                                                 {"ahead-oracle", CpuAttnMode::kAheadOracle}});
