@@ -41,7 +41,20 @@ def policies(args, window):
          ["--sparse", "topk", "--topk-blocks", str(k), "--similarity-reuse"]),
         ("tau 0.9", ["--sparse", "tau", "--tau", "0.9"]),
         ("tau 0.9 + similarity reuse", ["--sparse", "tau", "--tau", "0.9", "--similarity-reuse"]),
+        ("tau 0.9 + value offload, 8-bit keys",
+         ["--sparse", "tau", "--tau", "0.9", "--value-offload", "--key-bits", "8"]),
+        ("tau 0.9 + value offload, 4-bit keys",
+         ["--sparse", "tau", "--tau", "0.9", "--value-offload", "--key-bits", "4"]),
+        ("full + value offload, 4-bit keys (the quantisation alone)",
+         ["--sparse", "full", "--value-offload", "--key-bits", "4"]),
     ]
+    # ScoutAttention §3.4: half the device budget is the window, half the important host blocks
+    # (--device-budget); the CPU's top-k budget stays the whole budget's tokens.
+    half = max(args.block, window // 2 // args.block * args.block)
+    for recall in ["0", "8", "auto"]:
+        rows.append((f"topk ({k} blocks) + device budget (half the window), recall {recall}",
+                     ["--sparse", "topk", "--topk-blocks", str(k), "--window", str(half),
+                      "--device-budget", str(window - half), "--recall-interval", recall]))
     return rows
 
 
