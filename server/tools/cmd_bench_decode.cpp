@@ -333,18 +333,7 @@ int cmd_bench_decode(const Options& f) {
           {"weight_bytes_per_token", step_bytes / static_cast<double>(batch)},
           {"weight_read_gbs", step_bytes / (ms_step * 1e-3) / 1e9},
           {"load_avg_1m", load}};
-      add_topk_stats(j, cfg, host);
-      if (!cfg.dense && cfg.similarity_reuse) {
-        j["similarity_reuse_lookups"] = host.reuse_lookups;
-        j["similarity_reuse_hit_ratio"] = host.reuse_hit_ratio();
-      }
-      if (!cfg.dense) j["host_kv_bytes_read"] = host.host_bytes_read;
-      if (!cfg.dense && cfg.value_offload) {
-        j["key_bits"] = cfg.key_bits;
-        j["quant_logits_sampled"] = host.quant_logits;
-        j["quant_logit_abs_err_mean"] = host.quant_err_mean();
-        j["quant_logit_abs_err_max"] = host.quant_err_max;
-      }
+      add_host_stats(j, cfg, host);
       if (cuda_is_emulated() && std::string_view(backend->name()) == "cuda")
         j["emulator"] = emulator_json(emu, steps);
       if (on_host) {

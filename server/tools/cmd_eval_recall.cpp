@@ -157,18 +157,7 @@ int cmd_eval_recall(const Options& f) {
       {"cells", jc},
       {"host_fraction_attended", host.attended_fraction()},
       {"seconds", seconds}};
-  add_topk_stats(j, kv_cfg, host);
-  if (!kv_cfg.dense && kv_cfg.similarity_reuse) {
-    j["similarity_reuse_lookups"] = host.reuse_lookups;
-    j["similarity_reuse_hit_ratio"] = host.reuse_hit_ratio();
-  }
-  if (!kv_cfg.dense) j["host_kv_bytes_read"] = host.host_bytes_read;
-  if (!kv_cfg.dense && kv_cfg.value_offload) {
-    j["key_bits"] = kv_cfg.key_bits;
-    j["quant_logits_sampled"] = host.quant_logits;
-    j["quant_logit_abs_err_mean"] = host.quant_err_mean();
-    j["quant_logit_abs_err_max"] = host.quant_err_max;
-  }
+  add_host_stats(j, kv_cfg, host);
   std::printf("%s\n", j.dump().c_str());
   return 0;
 }

@@ -54,8 +54,20 @@ KvConfig kv_config_of(const Options& o) {
   return c;
 }
 
-void add_topk_stats(nlohmann::json& j, const KvConfig& cfg, const HostStats& host) {
-  if (cfg.dense || cfg.sparse != SparsePolicy::kTopk) return;
+void add_host_stats(nlohmann::json& j, const KvConfig& cfg, const HostStats& host) {
+  if (cfg.dense) return;
+  j["host_kv_bytes_read"] = host.host_bytes_read;
+  if (cfg.similarity_reuse) {
+    j["similarity_reuse_lookups"] = host.reuse_lookups;
+    j["similarity_reuse_hit_ratio"] = host.reuse_hit_ratio();
+  }
+  if (cfg.value_offload) {
+    j["key_bits"] = cfg.key_bits;
+    j["quant_logits_sampled"] = host.quant_logits;
+    j["quant_logit_abs_err_mean"] = host.quant_err_mean();
+    j["quant_logit_abs_err_max"] = host.quant_err_max;
+  }
+  if (cfg.sparse != SparsePolicy::kTopk) return;
   j["cpu_compute_ratio"] = host.cpu_compute_ratio();
   if (cfg.device_budget == 0) return;
   j["device_budget"] = cfg.device_budget;

@@ -18,10 +18,12 @@ KvConfig kv_config_of(const Options& o);
 // --recall-interval: "auto" (KvConfig::kRecallAuto) or a step count >= 0; throws
 // kInvalidArgument naming the option otherwise.
 int32_t recall_interval_of(const std::string& s);
-// The topk and --device-budget counters of a run into a tool's JSON line: cpu_compute_ratio
-// under --sparse topk; device_budget, recall_interval ("auto" or steps), recalls,
-// recall_blocks, recall_bytes and mean_recall_interval with --device-budget.
-void add_topk_stats(nlohmann::json& j, const KvConfig& cfg, const HostStats& host);
+// A run's host-tier counters into a tool's JSON line (nothing with --dense): host_kv_bytes_read;
+// the similarity-reuse lookups and hit ratio with --similarity-reuse; key_bits and the sampled
+// key-quantisation error with --value-offload; cpu_compute_ratio under --sparse topk;
+// device_budget, recall_interval ("auto" or steps), recall_threshold, recalls, recall_blocks,
+// recall_bytes and mean_recall_interval with --device-budget.
+void add_host_stats(nlohmann::json& j, const KvConfig& cfg, const HostStats& host);
 // Whether any option of the "KV cache" group was given (bench-decode then builds that store
 // instead of the dense cache).
 bool any_kv_option(const Options& o);
