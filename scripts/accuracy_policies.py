@@ -164,22 +164,29 @@ def write_md(args, table, contexts, dense_ppl):
          "(the host part started with the layer's true query, so that the rows compare the "
          "selections). The device budget "
          "is sinks + window as a share of each context; `topk` reads as many host tokens as the "
-         "window holds. Needle accuracy: `tandem eval-recall` on "
+         "window holds (the K in a row's name is the perplexity run's, at its context; the recall "
+         "runs use the same share of theirs). The device-budget rows split the budget: half "
+         "window, half resident host blocks, top-k as in the topk rows. Needle accuracy: `tandem eval-recall` on "
          f"{os.path.basename(args.recall)}'s recall-eval.jsonl (the prompt's last token decoded "
          "through the policy), by context. Perplexity: `tandem perplexity --prefill 1 --ctx "
          f"{args.ctx}` of {os.path.basename(args.long)} on {args.text_label or args.text} "
          "(every token a decode step). \"host attended\": share of (host token, KV head) entries "
-         "the policy read in the perplexity run (the recall runs' per context in the JSON lines).",
+         "the policy read in the perplexity run (the recall runs' per context in the JSON lines). "
+         "\"CPU ratio\" (topk): host tokens the CPU attended over the top-k budget, per layer "
+         "and step (ScoutAttention's CPU compute ratio; below 1 when resident blocks are the "
+         "device's).",
          "", "| policy | budget | " + " | ".join(f"needle {c}" for c in contexts)
-         + " | ppl | vs dense | host attended | reuse hits | step ms |",
-         "|---|---|" + "---|" * len(contexts) + "---|---|---|---|---|"]
+         + " | ppl | vs dense | host attended | CPU ratio | reuse hits | step ms |",
+         "|---|---|" + "---|" * len(contexts) + "---|---|---|---|---|---|"]
     for label, budget, accs, p, _ in table:
         hits = p.get("similarity_reuse_hit_ratio")
+        ratio = p.get("cpu_compute_ratio")
         step = 1000 * p["seconds"] / max(1, p["tokens"])
         L.append(f"| {label} | {'-' if budget is None else f'{budget:.1%}'} | "
                  + " | ".join(f"{accs[c]:.1%}" for c in contexts)
                  + f" | {p['ppl']:.3f} | {100 * (p['ppl'] / dense_ppl - 1):+.2f}% | "
                  f"{p.get('host_fraction_attended', 0):.3f} | "
+                 f"{'-' if ratio is None else f'{ratio:.3f}'} | "
                  f"{'-' if hits is None else f'{hits:.3f}'} | {step:.2f} |")
     with open(args.out + ".md", "w") as f:
         f.write("\n".join(L) + "\n")
