@@ -55,6 +55,14 @@ def policies(args, window):
         rows.append((f"topk ({k} blocks) + device budget (half the window), recall {recall}",
                      ["--sparse", "topk", "--topk-blocks", str(k), "--window", str(half),
                       "--device-budget", str(window - half), "--recall-interval", recall]))
+    # ScoutAttention's proportions: most of the device budget resident, a top-k budget the
+    # resident set can hold for every KV head (so that recall can keep the CPU ratio low).
+    quarter = max(args.block, window // 4 // args.block * args.block)
+    kq = max(1, quarter // args.block)
+    rows.append((f"topk ({kq} blocks) + device budget (3/4 of the window), recall auto",
+                  ["--sparse", "topk", "--topk-blocks", str(kq), "--window", str(quarter),
+                   "--device-budget", str(max(args.block, window - quarter)),
+                   "--recall-interval", "auto"]))
     return rows
 
 
