@@ -28,7 +28,8 @@ want() { [[ " ${stages[*]} " == *" $1 "* ]]; }
 # the sanitizers' slowdown breaks.
 asan_tests="test_buffer test_catch_main test_chat_template test_config_checkpoints
   test_config_layouts test_cpu_attn test_cpu_ops_attention test_cpu_ops_dense test_engine
-  test_engine_batching test_cpu_ops_gemm test_similarity_reuse test_forward_parity test_host_batch
+  test_engine_batching test_cpu_ops_gemm test_similarity_reuse test_device_budget test_value_offload
+  test_value_offload_model test_forward_parity test_host_batch
   test_hybrid_kv test_model_errors
   test_openai_codec test_options test_sampler test_scheduler test_selection test_server_limits
   test_server_e2e_errors test_server_e2e_serving test_tokenizer test_utf8 test_hostile_input
