@@ -141,21 +141,20 @@ def main():
                str(args.ctx), "--prefill", "1"] + base
         dense_ppl = record("ppl", None, "dense", ppl + ["--dense"])
         table.append(("dense", None, {c: j["accuracy"] for c, j in dense_acc.items()},
-                      dense_ppl, None))
+                      dense_ppl))
         for budget in BUDGETS:
             w_ppl = window_of(budget, args.ctx, args.block, args.sinks)
             for i, (label, _) in enumerate(policies(args, w_ppl)):
-                accs, frac = {}, []
+                accs = {}
                 for ctx, f in recall_files.items():
                     w = window_of(budget, ctx, args.block, args.sinks)
                     flags = policies(args, w)[i][1]
                     j = record("recall", budget, label,
                                recall + ["--file", f, "--window", str(w)] + base + flags, ctx)
                     accs[ctx] = j["accuracy"]
-                    frac.append(j.get("host_fraction_attended"))
                 flags = policies(args, w_ppl)[i][1]
                 p = record("ppl", budget, label, ppl + ["--window", str(w_ppl)] + flags)
-                table.append((label, budget, accs, p, frac))
+                table.append((label, budget, accs, p))
                 print(f"{budget} {label}: {accs} ppl {p['ppl']:.3f}", file=sys.stderr)
     raw.close()
     write_md(args, table, sorted(recall_files), dense_ppl["ppl"])
@@ -186,7 +185,7 @@ def write_md(args, table, contexts, dense_ppl):
          "", "| policy | budget | " + " | ".join(f"needle {c}" for c in contexts)
          + " | ppl | vs dense | host attended | CPU ratio | reuse hits | step ms |",
          "|---|---|" + "---|" * len(contexts) + "---|---|---|---|---|---|"]
-    for label, budget, accs, p, _ in table:
+    for label, budget, accs, p in table:
         hits = p.get("similarity_reuse_hit_ratio")
         ratio = p.get("cpu_compute_ratio")
         step = 1000 * p["seconds"] / max(1, p["tokens"])
