@@ -140,6 +140,45 @@ void value_pass(const typename E::T* const* rows, int32_t nr, const float* p, fl
   value_cols<E, GS, 1>(rows, nr, p, acc, d, &c, pf, pf_n);
 }
 
+// The online softmax of one chunk (kernels/cpu/host_kernel_passes.h, HostSoftmax), 8 lanes.
+void softmax_chunk_avx2(float* s, int32_t G, int32_t nr, int32_t nr_pad, float* m_run, float* l_run,
+                        float* acc, int32_t d) {
+  for (int32_t g = 0; g < G; ++g) {
+    float* sg = s + g * kChunkRows;
+    for (int32_t j = nr; j < nr_pad; ++j) sg[j] = kNegInf;
+    __m256 vmax = _mm256_loadu_ps(sg);
+    for (int32_t j = 8; j < nr_pad; j += 8) vmax = _mm256_max_ps(vmax, _mm256_loadu_ps(sg + j));
+    const float cm = cpu::hmax(vmax);
+    float& m = m_run[g];
+    float& l = l_run[g];
+    if (cm > m) {
+      // Rescale what was accumulated under the old max (nothing yet when it was -inf).
+      if (m != kNegInf) {
+        const float alpha = std::exp(m - cm);
+        const __m256 a = _mm256_set1_ps(alpha);
+        float* ag = acc + static_cast<int64_t>(g) * d;
+        for (int32_t c = 0; c < d; c += 8)
+          _mm256_storeu_ps(ag + c, _mm256_mul_ps(_mm256_loadu_ps(ag + c), a));
+        l *= alpha;
+      }
+      m = cm;
+    }
+    if (m == kNegInf) {  // every score so far is -inf: weights 0 (exp(-inf - -inf) is NaN)
+      std::fill(sg, sg + nr_pad, 0.0f);
+      continue;
+    }
+    // Pad rows have score -inf, and exp8 maps -inf to exactly 0.
+    const __m256 mb = _mm256_set1_ps(m);
+    __m256 sum = _mm256_setzero_ps();
+    for (int32_t j = 0; j < nr_pad; j += 8) {
+      const __m256 pj = cpu::exp8(_mm256_sub_ps(_mm256_loadu_ps(sg + j), mb));
+      _mm256_storeu_ps(sg + j, pj);
+      sum = _mm256_add_ps(sum, pj);
+    }
+    l += cpu::hsum(sum);
+  }
+}
+
 template <typename E>
 using PassFns = cpu::HostPasses<typename E::T>;
 
@@ -214,16 +253,31 @@ class GroupAttention {
     const T* v = static_cast<const T*>(b.v);
     TANDEM_CHECK(b.stride == 0 || b.stride >= d_, "host block row stride ", b.stride, " < ", d_);
     const int64_t d = b.stride != 0 ? b.stride : d_;
-    for (int32_t i = 0; i < rows; ++i) {
-      int64_t r = i;
-      if (b.idx != nullptr) {
-        r = b.idx[i];
-        TANDEM_CHECK(r >= 0 && r < b.n, "host block idx ", r, " outside [0, ", b.n, ")");
+    if (b.idx != nullptr)
+      for (int32_t i = 0; i < b.n_idx; ++i)
+        TANDEM_CHECK(b.idx[i] >= 0 && b.idx[i] < b.n, "host block idx ", b.idx[i], " outside [0, ",
+                     b.n, ")");
+    // Whole runs of rows at a time: the row pointers of a chunk are written by a plain loop,
+    // one chunk-full test per run (per row, the bookkeeping cost ~8% of the kernel in cache).
+    for (int32_t i = 0; i < rows;) {
+      Chunk& c = chunks_[fill_];
+      const int32_t n = std::min(rows - i, kChunkRows - c.n);
+      if (b.idx == nullptr && !scored_) {
+        for (int32_t j = 0; j < n; ++j) {
+          c.k[c.n + j] = k + (i + j) * d;
+          c.v[c.n + j] = v + (i + j) * d;
+        }
+      } else {
+        for (int32_t j = 0; j < n; ++j) {
+          const int64_t r = b.idx != nullptr ? b.idx[i + j] : i + j;
+          c.k[c.n + j] = scored_ ? nullptr : k + r * d;
+          c.v[c.n + j] = v + r * d;
+          c.z[c.n + j] = scored_ ? b.s + int64_t{i + j} * G_ : nullptr;
+        }
       }
-      if (scored_)
-        push(nullptr, v + r * d, b.s + int64_t{i} * G_);
-      else
-        push(k + r * d, v + r * d, nullptr);
+      c.n += n;
+      i += n;
+      if (c.n == kChunkRows) chunk_full();
     }
   }
 
@@ -264,13 +318,8 @@ class GroupAttention {
 
   // Two chunks: the one being filled and the full one before it, processed once the next is
   // full, so that its K rows can be prefetched during the previous one's values.
-  void push(const T* k, const T* v, const float* z) {
-    Chunk& c = chunks_[fill_];
-    c.k[c.n] = k;
-    c.v[c.n] = v;
-    c.z[c.n] = z;
-    if (++c.n < kChunkRows) return;
-    if (pending_) process(chunks_[fill_ ^ 1], &c);
+  void chunk_full() {
+    if (pending_) process(chunks_[fill_ ^ 1], &chunks_[fill_]);
     pending_ = true;
     fill_ ^= 1;
   }
@@ -281,9 +330,9 @@ class GroupAttention {
     chunk.n = 0;
     const T** kp_ = chunk.k;
     const T** vp_ = chunk.v;
-    // Pad the row count to a multiple of 8 (every pass's R divides 8) with copies of row 0;
+    // Pad the row count to a multiple of 16 (every pass's R divides 16) with copies of row 0;
     // their scores are overwritten with -inf below, so they weigh exactly 0.
-    const int32_t nr_pad = (nr + 7) & ~7;
+    const int32_t nr_pad = (nr + 15) & ~15;
     for (int32_t j = nr; j < nr_pad; ++j) kp_[j] = kp_[0];
     float* s = w_.s.data();
     // Software prefetch, spread over the compute so the loads overlap it (measured: about 2x
@@ -302,40 +351,7 @@ class GroupAttention {
                      i == 0 ? nr : 0);
       }
     }
-    for (int32_t g = 0; g < G_; ++g) {
-      float* sg = s + g * kChunkRows;
-      for (int32_t j = nr; j < nr_pad; ++j) sg[j] = kNegInf;
-      __m256 vmax = _mm256_loadu_ps(sg);
-      for (int32_t j = 8; j < nr_pad; j += 8) vmax = _mm256_max_ps(vmax, _mm256_loadu_ps(sg + j));
-      const float cm = cpu::hmax(vmax);
-      float& m = w_.m[static_cast<size_t>(g)];
-      float& l = w_.l[static_cast<size_t>(g)];
-      if (cm > m) {
-        // Rescale what was accumulated under the old max (nothing yet when it was -inf).
-        if (m != kNegInf) {
-          const float alpha = std::exp(m - cm);
-          const __m256 a = _mm256_set1_ps(alpha);
-          float* ag = w_.acc.data() + static_cast<int64_t>(g) * d_;
-          for (int32_t c = 0; c < d_; c += 8)
-            _mm256_storeu_ps(ag + c, _mm256_mul_ps(_mm256_loadu_ps(ag + c), a));
-          l *= alpha;
-        }
-        m = cm;
-      }
-      if (m == kNegInf) {  // every score so far is -inf: weights 0 (exp(-inf - -inf) is NaN)
-        std::fill(sg, sg + nr_pad, 0.0f);
-        continue;
-      }
-      // Pad rows have score -inf, and exp8 maps -inf to exactly 0.
-      const __m256 mb = _mm256_set1_ps(m);
-      __m256 sum = _mm256_setzero_ps();
-      for (int32_t j = 0; j < nr_pad; j += 8) {
-        const __m256 pj = cpu::exp8(_mm256_sub_ps(_mm256_loadu_ps(sg + j), mb));
-        _mm256_storeu_ps(sg + j, pj);
-        sum = _mm256_add_ps(sum, pj);
-      }
-      l += cpu::hsum(sum);
-    }
+    softmax_(s, G_, nr, nr_pad, w_.m.data(), w_.l.data(), w_.acc.data(), d_);
     for (size_t i = 0; i < passes_.size(); ++i) {
       const Pass& ps = passes_[i];
       ps.fns.value(vp_, nr, s + ps.h0 * kChunkRows, w_.acc.data() + ps.h0 * d_, d_, pf_rows,
@@ -344,6 +360,8 @@ class GroupAttention {
   }
 
   int32_t G_, d_;
+  cpu::HostSoftmax softmax_ =
+      cpu::active_isa() >= cpu::Isa::kAvx512 ? cpu::host_softmax_avx512 : &softmax_chunk_avx2;
   bool scored_;  // scores given with the blocks: no score pass, K not read
   Scratch& w_;
   std::vector<Pass> passes_;
