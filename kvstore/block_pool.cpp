@@ -4,6 +4,12 @@
 #include <algorithm>
 
 namespace tandem {
+namespace {
+
+constexpr int64_t kMaxBlocks = int64_t{1} << 31;  // ids are int32
+constexpr int64_t kMaxChunks = int64_t{1} << 16;
+
+}  // namespace
 
 BlockPool::BlockPool(int64_t block_bytes, int64_t capacity, bool growable, MemoryKind memory,
                      Backend* backend, bool mirror)
@@ -12,26 +18,39 @@ BlockPool::BlockPool(int64_t block_bytes, int64_t capacity, bool growable, Memor
       growable_(growable),
       memory_(memory),
       backend_(backend),
-      mirrored_(backend != nullptr && !backend->host_accessible() && mirror) {
+      mirrored_(backend != nullptr && !backend->host_accessible() && mirror),
+      // Block ids are int32; 65536 chunks of a host pool's 32 MiB are 2 TiB.
+      max_chunks_(growable
+                      ? std::max<int64_t>(1, std::min<int64_t>(kMaxChunks, kMaxBlocks / capacity))
+                      : 1),
+      bases_(new uint8_t*[static_cast<size_t>(max_chunks_)]),
+      host_bases_(new uint8_t*[static_cast<size_t>(max_chunks_)]) {
   TANDEM_CHECK(block_bytes > 0 && capacity > 0, "pool of ", capacity, " blocks of ", block_bytes);
   grow();
 }
 
 void BlockPool::grow() {
-  const int64_t base = static_cast<int64_t>(chunks_.size()) * chunk_blocks_;
-  TANDEM_REQUIRE(base + chunk_blocks_ < (int64_t{1} << 31), kOutOfMemory, "KV pool too large");
+  const int64_t n = n_chunks_.load(std::memory_order_relaxed);
+  const int64_t base = n * chunk_blocks_;
+  TANDEM_REQUIRE(n < max_chunks_ && base + chunk_blocks_ < kMaxBlocks, kOutOfMemory,
+                 "KV pool too large");
   const int64_t bytes = chunk_blocks_ * block_bytes_;
   if (backend_ != nullptr)
     backend_chunks_.emplace_back(*backend_, DType::kU8, std::initializer_list<int64_t>{bytes});
   if (backend_ == nullptr || mirrored_)
     chunks_.emplace_back(DType::kU8, std::initializer_list<int64_t>{bytes},
                          backend_ ? MemoryKind::kHost : memory_);
+  const size_t c = static_cast<size_t>(n);
+  bases_[c] = static_cast<uint8_t*>(backend_ ? backend_chunks_.back().view().data
+                                             : chunks_.back().view().data);
+  host_bases_[c] = mirrored_ ? static_cast<uint8_t*>(chunks_.back().view().data) : bases_[c];
   in_use_.resize(static_cast<size_t>(base + chunk_blocks_), false);
   for (int64_t i = chunk_blocks_ - 1; i >= 0; --i) free_.push_back(static_cast<int32_t>(base + i));
+  n_chunks_.store(n + 1, std::memory_order_release);  // the addresses above, then the count
 }
 
 int64_t BlockPool::capacity() const {
-  return static_cast<int64_t>(backend_ ? backend_chunks_.size() : chunks_.size()) * chunk_blocks_;
+  return n_chunks_.load(std::memory_order_acquire) * chunk_blocks_;
 }
 
 int64_t BlockPool::free_within_limit() const {
@@ -63,17 +82,14 @@ void BlockPool::free(int32_t id) {
 void* BlockPool::data(int32_t id) const {
   TANDEM_CHECK(id >= 0 && id < capacity(), "block ", id);
   const int64_t chunk = id / chunk_blocks_, at = id % chunk_blocks_;
-  void* base = backend_ ? backend_chunks_[static_cast<size_t>(chunk)].view().data
-                        : chunks_[static_cast<size_t>(chunk)].view().data;
-  return static_cast<uint8_t*>(base) + at * block_bytes_;
+  return bases_[static_cast<size_t>(chunk)] + at * block_bytes_;
 }
 
 void* BlockPool::host_data(int32_t id) const {
   TANDEM_CHECK(host_side(), "host side of a device block without a mirror");
-  if (!mirrored_) return data(id);
   TANDEM_CHECK(id >= 0 && id < capacity(), "block ", id);
   const int64_t chunk = id / chunk_blocks_, at = id % chunk_blocks_;
-  return static_cast<uint8_t*>(chunks_[static_cast<size_t>(chunk)].view().data) + at * block_bytes_;
+  return host_bases_[static_cast<size_t>(chunk)] + at * block_bytes_;
 }
 
 }  // namespace tandem

@@ -1,8 +1,14 @@
 // BlockPool: fixed-size blocks of one memory tier. The device pool has a fixed capacity and lives
 // in backend memory; the host pool grows in chunks of host memory. Blocks never move, so a pointer
 // to a block stays valid until it is freed.
+//
+// Threads: alloc, free and the counters belong to the owner's thread. data, host_data and
+// capacity may also be called from other threads (host attention workers pick blocks by id while
+// the owner's thread may grow the pool): the chunks' addresses sit in an array that never moves,
+// published by a release store of the chunk count.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -54,6 +60,11 @@ class BlockPool {
   bool mirrored_;
   std::vector<Buffer> backend_chunks_;
   std::vector<Buffer> chunks_;  // host blocks, or the mirrors of the backend blocks
+  // Chunk addresses for data (the blocks) and host_data (their host side): max_chunks_ entries,
+  // the first n_chunks_ set. Unlike the vectors above, never moved by a grow.
+  int64_t max_chunks_;
+  std::unique_ptr<uint8_t*[]> bases_, host_bases_;
+  std::atomic<int64_t> n_chunks_{0};
   std::vector<int32_t> free_;
   std::vector<bool> in_use_;  // guards against double free
   int64_t used_ = 0;

@@ -1,6 +1,7 @@
 // HostAttention splits each item by its own size and the thread count only: an item's partial is
 // the same bits whether it is submitted alone or with many others (the hybrid store submits one
 // batch per layer for all its sequences, so a sequence's result must not depend on the others).
+#include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cmath>
@@ -13,6 +14,7 @@
 
 #include "cpu_attn/host_attention.h"
 #include "kernels/common.h"
+#include "kvstore/block_pool.h"
 
 using namespace tandem;
 
@@ -119,4 +121,42 @@ TEST_CASE("a prepare picks the blocks once the start flag is up; `after` orders 
   CHECK_THROWS_WITH(ha.wait(bad), Catch::Contains("no blocks today"));
   CHECK(std::isnan(o3[0]));
   CHECK(std::isnan(l3[0]));
+}
+
+// The host attention workers pick host blocks by id (BlockPool::data / host_data) while the
+// engine's thread may be growing the host pool (a decode step evicting into a new chunk): the
+// addresses of blocks already handed out must read the same from another thread throughout.
+// Under the thread sanitizer (scripts/sanitize.sh tsan) this is also the check that the reads do
+// not race with the growth.
+TEST_CASE("a growing host pool's blocks read the same from another thread", "[kvstore][pool]") {
+  BlockPool pool(256, 4, true, MemoryKind::kHost);  // 4 blocks per chunk: a grow every 4 allocs
+  constexpr int kBlocks = 4000;
+  std::vector<void*> addr(kBlocks);
+  std::atomic<int> published{0};
+  std::atomic<bool> mismatch{false};
+  std::thread reader([&] {
+    std::mt19937 rng(5);
+    for (int n = 0; n < kBlocks;) {
+      n = published.load(std::memory_order_acquire);
+      if (n == 0) continue;
+      for (int i = 0; i < 64; ++i) {
+        const int id = static_cast<int>(rng() % static_cast<unsigned>(n));
+        if (pool.data(id) != addr[static_cast<size_t>(id)] ||
+            pool.host_data(id) != addr[static_cast<size_t>(id)])
+          mismatch = true;
+      }
+    }
+  });
+  for (int i = 0; i < kBlocks; ++i) {
+    const int32_t id = pool.alloc();
+    REQUIRE(id == i);  // a fresh pool hands out ids in order
+    addr[static_cast<size_t>(i)] = pool.data(id);
+    std::memset(addr[static_cast<size_t>(i)], i & 0xFF, 256);  // the memory is there
+    published.store(i + 1, std::memory_order_release);
+  }
+  reader.join();
+  CHECK_FALSE(mismatch.load());
+  CHECK(pool.capacity() == kBlocks);
+  for (int i = 0; i < kBlocks; i += 97)
+    CHECK(static_cast<const uint8_t*>(pool.data(i))[255] == (i & 0xFF));
 }
