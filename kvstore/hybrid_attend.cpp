@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <limits>
 
+#include "kernels/cpu/parallel.h"
 #include "kvstore/hybrid_runner.h"
 #include "kvstore/selection.h"
 
@@ -78,8 +79,13 @@ void HybridRunner::submit(Backend& be, int32_t layer, const TensorView& q, int64
     slot.chosen.resize(std::max(slot.chosen.size(), n_items));
     slot.bounds.resize(std::max(slot.bounds.size(), n_items));
   }
+  // Value offload scores every host entry from its codes, as much work as the attention itself:
+  // on the workers too (items in parallel), overlapped with the device part. Only with a device
+  // window: then every host block of the snapshot is a whole evicted one that no later store
+  // of the step rewrites (without one, a store appends to the last host block and may re-code
+  // all its rows, which a batch started a layer ahead would be reading).
   HostAttnPrepare prepare;
-  if (qh == nullptr && reads_query_to_select())
+  if ((qh == nullptr && reads_query_to_select()) || (sh_.cfg.value_offload && sh_.geo.window > 0))
     prepare = [this, layer, &slot](std::span<HostAttnItem> its) { pick(layer, slot, its); };
   else
     pick(layer, slot, items);
@@ -92,6 +98,30 @@ void HybridRunner::submit(Backend& be, int32_t layer, const TensorView& q, int64
 void HybridRunner::pick(int32_t layer, Slot& slot, std::span<HostAttnItem> items) {
   const KvShape& sh = sh_.shape;
   const int32_t G = sh.n_head_q / sh.n_head_kv;
+  if (sh_.cfg.value_offload) {
+    // Scores from the key codes, the selection by them; the workers then read values only. One
+    // item in kQuantSampleEvery also measures the scores against the stored keys. Items are
+    // independent (each writes its own slot entries): in parallel, inside the batch's prepare.
+    const uint64_t first = slot.scored;
+    slot.scored += items.size();
+    tandem::parallel_for(size_t{0}, items.size(), [&](size_t item) {
+      const Pick& p = slot.picks[item];
+      const LayerSpans& spans = plan_.seqs[p.seq].layers[static_cast<size_t>(layer)];
+      auto& refs = slot.refs[item];
+      auto& idx = slot.idx[item];
+      auto& scores = slot.scores[item];
+      refs.clear();
+      idx.clear();
+      scores.clear();
+      const HostHead head{spans.host, spans.host_tokens, sh_.blocks, p.g, spans.maw};
+      QuantError* err = (first + item) % kQuantSampleEvery == 0 ? &slot.qerr[item] : nullptr;
+      slot.picked[item] =
+          select_quantized(head, items[item].q, G, sh.scale, sh_.cfg.tau,
+                           sh_.cfg.sparse == SparsePolicy::kFull, refs, idx, scores, err);
+      items[item].blocks = refs;
+    });
+    return;
+  }
   for (size_t item = 0; item < items.size(); ++item) {
     const Pick& p = slot.picks[item];
     const LayerSpans& spans = plan_.seqs[p.seq].layers[static_cast<size_t>(layer)];
@@ -100,18 +130,6 @@ void HybridRunner::pick(int32_t layer, Slot& slot, std::span<HostAttnItem> items
     refs.clear();
     idx.clear();
     const HostHead head{spans.host, spans.host_tokens, sh_.blocks, p.g, spans.maw};
-    if (sh_.cfg.value_offload) {
-      // Scores from the key codes, the selection by them; the workers read values only. One
-      // item in kQuantSampleEvery also measures the scores against the stored keys.
-      auto& scores = slot.scores[item];
-      scores.clear();
-      QuantError* err = slot.scored++ % kQuantSampleEvery == 0 ? &slot.qerr[item] : nullptr;
-      slot.picked[item] =
-          select_quantized(head, items[item].q, G, sh.scale, sh_.cfg.tau,
-                           sh_.cfg.sparse == SparsePolicy::kFull, refs, idx, scores, err);
-      items[item].blocks = refs;
-      continue;
-    }
     auto select = [&]() -> int64_t {
       switch (sh_.cfg.sparse) {
         case SparsePolicy::kFull:

@@ -15,7 +15,9 @@
 # that stay within minutes there: the engine's loop, cancellation and shutdown (test_engine),
 # continuous batching with streams joining and leaving (test_engine_batching, about 70 s),
 # host-attention batches, tickets and jobs (test_host_batch), the scheduler, the HTTP connection
-# layer (test_server_limits) and streamed serving end to end (test_server_e2e_serving, about 70 s).
+# layer (test_server_limits), streamed serving end to end (test_server_e2e_serving, about 70 s)
+# and value offload's scoring on the workers beside the engine's stores (test_value_offload_model,
+# about 15 s).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
@@ -35,7 +37,7 @@ asan_tests="test_buffer test_catch_main test_chat_template test_config_checkpoin
   test_server_e2e_errors test_server_e2e_serving test_tokenizer test_utf8 test_hostile_input
   test_trained_models"
 tsan_tests="test_engine test_engine_batching test_host_batch test_scheduler test_server_limits
-  test_server_e2e_serving"
+  test_server_e2e_serving test_value_offload_model"
 
 # Only tests that exist in this checkout (a list above may name one added later).
 existing() {

@@ -153,8 +153,21 @@ TEST_CASE("value offload through a model: 8-bit keys close to dense, 4-bit bound
   CHECK(e8 < std::expm1(2 * st8.quant_err_max));
   CHECK(e4 > e8);
   CHECK(e4 < 2e-2);
-  // tau on top: fewer entries, the same codes.
+  // Started a layer ahead (the default --cpu-attn): a layer's batch scores its items on the
+  // workers (the batch's prepare) while this thread runs the layer before and stores into the
+  // host pool. Against the same mode without codes, the 8-bit bound above.
   cfg.key_bits = 8;
+  cfg.cpu_attn = CpuAttnMode::kAhead;
+  cfg.value_offload = false;
+  const LogitRows ahead = decode_logits(*model, cfg, nullptr);
+  cfg.value_offload = true;
+  HostStats sta;
+  const LogitRows q8a = decode_logits(*model, cfg, &sta);
+  CHECK(sta.attended == sta.host_entries);
+  CHECK(sta.quant_logits > 0);
+  CHECK(worst_rel_error(q8a, ahead) < 1e-3);
+  cfg.cpu_attn = CpuAttnMode::kParallel;
+  // tau on top: fewer entries, the same codes.
   cfg.sparse = SparsePolicy::kTau;
   cfg.tau = 0.9f;
   HostStats stt;
