@@ -1,9 +1,11 @@
 // The AVX-512 passes of the host attention kernel (kernels/cpu/host_kernel_passes.h): the same
 // arithmetic as the AVX2 passes of host_kernel.cpp on 16 lanes, so half the FMAs and, for bf16
 // and f16 KV, half the conversions per byte; with 32 registers the value pass keeps up to 24
-// accumulators over a chunk's rows. Each score is one f32 dot product accumulated per lane and
-// summed at the end (the order differs from the AVX2 path's: results agree to rounding, not bit
-// for bit). A head_dim that is an odd multiple of 8 ends with a masked half vector.
+// accumulators over a chunk's rows, and the score pass of 1, 2 or 4 heads 16 (R = 16 / heads
+// rows per q load, one 16-lane reduction tree). Each score is one f32 dot product accumulated
+// per lane and summed at the end (the order differs from the AVX2 path's: results agree to
+// rounding, not bit for bit). A head_dim that is an odd multiple of 8 ends with a masked half
+// vector. The chunk softmax also has a 16-lane version here (host_softmax_avx512).
 //
 // Compiled with the baseline flags: the AVX-512 code is in function-level target attributes
 // inside the anonymous namespace, reached only through the host_passes_avx512_* entry points
