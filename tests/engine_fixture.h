@@ -167,6 +167,28 @@ EngineMetrics wait_metrics(const Engine& e, Pred pred) {
   return {};
 }
 
+// The story prompts, greedy max_tokens each, through an engine of up to 8 sequences (prefill
+// chunks of 16, 96 tokens a step) on a store of `cfg`: each stream's result, and the metrics
+// once every sequence has finished (in *metrics).
+inline std::vector<Result> serve_stories(Model& model, const KvConfig& cfg, int32_t max_tokens,
+                                         EngineMetrics* metrics) {
+  const auto prompts = story_prompts();
+  KvStore store(model.backend(), model.kv_shape(), cfg, 8, 1024);
+  EngineOptions opt;
+  opt.max_batch = 8;
+  opt.prefill_chunk = 16;
+  opt.step_token_budget = 96;
+  Engine engine(model, demo_tokenizer(), store, opt);
+  std::vector<std::shared_ptr<TokenStream>> streams;
+  for (const auto& p : prompts) streams.push_back(engine.submit(greedy(p, max_tokens)));
+  std::vector<Result> out;
+  for (auto& st : streams) out.push_back(collect(*st));
+  *metrics = wait_metrics(engine, [&](const EngineMetrics& x) {
+    return x.running == 0 && x.finished_length + x.finished_stop == std::ssize(prompts);
+  });
+  return out;
+}
+
 inline ErrorKind kind_of(const std::function<void()>& f) {
   try {
     f();

@@ -437,25 +437,13 @@ TEST_CASE("--device-budget in the engine: reserves, preemption, metrics",
           "[device_budget][engine]") {
   Setup s;
   const int64_t layers = s.model->config().n_layer;
-  std::vector<std::vector<int32_t>> prompts;
-  for (const auto& p : story_prompts()) prompts.push_back(p);
   auto serve = [&](const KvConfig& cfg) {
-    KvStore store(s.model->backend(), s.model->kv_shape(), cfg, 8, 1024);
-    EngineOptions opt;
-    opt.max_batch = 8;
-    opt.prefill_chunk = 16;
-    opt.step_token_budget = 96;
-    Engine engine(*s.model, demo_tokenizer(), store, opt);
-    std::vector<std::shared_ptr<TokenStream>> streams;
-    for (const auto& p : prompts) streams.push_back(engine.submit(greedy(p, 60)));
-    for (auto& st : streams) {
-      const Result r = collect(*st);
+    EngineMetrics m;
+    for (const Result& r : serve_stories(*s.model, cfg, 60, &m)) {
       CHECK(r.error == "");
       CHECK(r.tokens.size() == 60);
     }
-    return wait_metrics(engine, [&](const EngineMetrics& x) {
-      return x.running == 0 && x.finished_length + x.finished_stop == std::ssize(prompts);
-    });
+    return m;
   };
   for (int64_t pool : {int64_t{0}, 14 * layers}) {  // ample; room for two sequences' blocks
     CAPTURE(pool);

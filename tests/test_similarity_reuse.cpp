@@ -400,22 +400,9 @@ TEST_CASE("similarity reuse in the engine: preemption, metrics, no hit equals no
           "[reuse][engine]") {
   Setup s;
   const int64_t layers = s.model->config().n_layer;
-  std::vector<std::vector<int32_t>> prompts;
-  for (const auto& p : story_prompts()) prompts.push_back(p);
   auto serve = [&](const KvConfig& cfg, EngineMetrics& m) {
-    KvStore store(s.model->backend(), s.model->kv_shape(), cfg, 8, 1024);
-    EngineOptions opt;
-    opt.max_batch = 8;
-    opt.prefill_chunk = 16;
-    opt.step_token_budget = 96;
-    Engine engine(*s.model, demo_tokenizer(), store, opt);
-    std::vector<std::shared_ptr<TokenStream>> streams;
-    for (const auto& p : prompts) streams.push_back(engine.submit(greedy(p, 60)));
     std::vector<std::vector<int32_t>> out;
-    for (auto& st : streams) out.push_back(collect(*st).tokens);
-    m = wait_metrics(engine, [&](const EngineMetrics& x) {
-      return x.running == 0 && x.finished_length + x.finished_stop == std::ssize(prompts);
-    });
+    for (const Result& r : serve_stories(*s.model, cfg, 60, &m)) out.push_back(r.tokens);
     return out;
   };
   // Without preemption (batches do not change a sequence's bits): a reuse that never hits gives
@@ -442,7 +429,7 @@ TEST_CASE("similarity reuse in the engine: preemption, metrics, no hit equals no
   on.topk_blocks = 2;
   on.similarity_reuse = true;
   const auto out = serve(on, m_on);
-  CHECK(out.size() == prompts.size());
+  CHECK(out.size() == story_prompts().size());
   CHECK(m_on.preemptions > 0);
   CHECK(m_on.similarity_reuse_hits > 0);
   CHECK(m_on.similarity_reuse_hits < m_on.similarity_reuse_lookups);
