@@ -27,23 +27,14 @@ namespace {
 // decode step (emulator counts) and the sequence's host counters.
 LogitRows run_counted(Model& model, const KvConfig& cfg, const ReferenceLogits& ref,
                       std::vector<int64_t>* syncs, HostStats* stats) {
-  KvStore store(model.backend(), model.kv_shape(), cfg, 1, 64);
-  auto kv = store.new_sequence(64);
-  LogitRows rows;
-  const int64_t v = model.config().vocab_size;
-  const StepSequence p{kv.get(), ref.prompt, false, false, true};
-  const TensorView pl = model.forward(std::span<const StepSequence>(&p, 1));
-  rows.emplace_back(pl.as<float>(), pl.as<float>() + v);
-  for (const int32_t& t : ref.decode) {
-    model.backend().synchronize();
-    const CudaEmulatorCounters c0 = cuda_emulator_counters();
-    const StepSequence s{kv.get(), std::span<const int32_t>(&t, 1), false, true, false};
-    const TensorView l = model.forward(std::span<const StepSequence>(&s, 1));
-    syncs->push_back((cuda_emulator_counters() - c0).host_syncs);
-    rows.emplace_back(l.as<float>(), l.as<float>() + v);
-  }
-  *stats = KvStore::stats_of(*kv);
-  return rows;
+  CudaEmulatorCounters c0;
+  return run_decode_steps(
+      model, cfg, ref,
+      [&](KvStore&) {
+        model.backend().synchronize();
+        c0 = cuda_emulator_counters();
+      },
+      [&](KvStore&) { syncs->push_back((cuda_emulator_counters() - c0).host_syncs); }, stats);
 }
 
 }  // namespace

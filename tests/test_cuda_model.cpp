@@ -119,26 +119,21 @@ int64_t launches_of(const CudaEmulatorCounters& c, const std::string& kernel) {
 // (evictions, each of which reads a device block back).
 LogitRows run_counted(Model& model, const KvConfig& cfg, const ReferenceLogits& ref,
                       std::vector<StepCounts>* counts) {
-  KvStore store(model.backend(), model.kv_shape(), cfg, 1, 64);
-  auto kv = store.new_sequence(64);
-  LogitRows rows;
-  const int64_t v = model.config().vocab_size;
-  const StepSequence p{kv.get(), ref.prompt, false, false, true};
-  const TensorView pl = model.forward(std::span<const StepSequence>(&p, 1));
-  rows.emplace_back(pl.as<float>(), pl.as<float>() + v);
-  for (const int32_t& t : ref.decode) {
-    model.backend().synchronize();
-    const CudaEmulatorCounters c0 = cuda_emulator_counters();
-    const int64_t host_blocks = store.host_blocks_used();
-    const StepSequence s{kv.get(), std::span<const int32_t>(&t, 1), false, true, false};
-    const TensorView l = model.forward(std::span<const StepSequence>(&s, 1));
-    const CudaEmulatorCounters c = cuda_emulator_counters() - c0;
-    rows.emplace_back(l.as<float>(), l.as<float>() + v);
-    counts->push_back({c.host_syncs, launches_of(c, "wait_flag_kernel"),
-                       launches_of(c, "raise_flag_kernel"),
-                       store.host_blocks_used() - host_blocks});
-  }
-  return rows;
+  CudaEmulatorCounters c0;
+  int64_t host_blocks = 0;
+  return run_decode_steps(
+      model, cfg, ref,
+      [&](KvStore& store) {
+        model.backend().synchronize();
+        c0 = cuda_emulator_counters();
+        host_blocks = store.host_blocks_used();
+      },
+      [&](KvStore& store) {
+        const CudaEmulatorCounters c = cuda_emulator_counters() - c0;
+        counts->push_back({c.host_syncs, launches_of(c, "wait_flag_kernel"),
+                           launches_of(c, "raise_flag_kernel"),
+                           store.host_blocks_used() - host_blocks});
+      });
 }
 
 }  // namespace

@@ -64,6 +64,30 @@ inline LogitRows run_sequence(Model& model, const KvConfig& cfg, const std::vect
   return rows;
 }
 
+// The prompt of ref in one chunk (the logits of its last token), then one decode step per token
+// of ref.decode with before(store) and after(store) around each (what a test counts per step:
+// after runs before the step's logits are copied); the sequence's host counters in *stats.
+template <class Before, class After>
+LogitRows run_decode_steps(Model& model, const KvConfig& cfg, const ReferenceLogits& ref,
+                           Before before, After after, HostStats* stats = nullptr) {
+  KvStore store(model.backend(), model.kv_shape(), cfg, 1, 64);
+  auto kv = store.new_sequence(64);
+  LogitRows rows;
+  const int64_t v = model.config().vocab_size;
+  const StepSequence p{kv.get(), ref.prompt, false, false, true};
+  const TensorView pl = model.forward(std::span<const StepSequence>(&p, 1));
+  rows.emplace_back(pl.as<float>(), pl.as<float>() + v);
+  for (const int32_t& t : ref.decode) {
+    before(store);
+    const StepSequence s{kv.get(), std::span<const int32_t>(&t, 1), false, true, false};
+    const TensorView l = model.forward(std::span<const StepSequence>(&s, 1));
+    after(store);
+    rows.emplace_back(l.as<float>(), l.as<float>() + v);
+  }
+  if (stats) *stats = KvStore::stats_of(*kv);
+  return rows;
+}
+
 // The largest rel_error over matching rows (rows of different counts: infinity).
 inline double worst_rel_error(const LogitRows& got, const LogitRows& want) {
   if (got.size() != want.size()) return std::numeric_limits<double>::infinity();
