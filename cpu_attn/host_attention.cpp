@@ -95,7 +95,7 @@ void poison_outputs(std::span<const HostAttnItem> items, int32_t head_dim) {
 // Rows [r0, r1) of the selected-row sequence of `blocks`, as block refs appended to out (given
 // scores, G per selected row, follow their rows).
 void slice_rows(std::span<const HostBlockRef> blocks, int64_t r0, int64_t r1, int64_t row_bytes,
-                int32_t G, std::vector<HostBlockRef>* out) {
+                int64_t elem_bytes, int32_t G, std::vector<HostBlockRef>* out) {
   int64_t pos = 0;
   for (const HostBlockRef& b : blocks) {
     const int64_t n = b.rows();
@@ -111,8 +111,12 @@ void slice_rows(std::span<const HostBlockRef> blocks, int64_t r0, int64_t r1, in
       s.idx = b.idx + a;
       s.n_idx = static_cast<int32_t>(e - a);
     } else {
-      if (b.k != nullptr) s.k = static_cast<const char*>(b.k) + a * row_bytes;
-      s.v = static_cast<const char*>(b.v) + a * row_bytes;
+      // Rows a.. of a block: a rows further (a row stride apart), or a elements into each
+      // channel of a column-stored K.
+      const int64_t v_row = b.stride != 0 ? b.stride * elem_bytes : row_bytes;
+      if (b.k != nullptr)
+        s.k = static_cast<const char*>(b.k) + a * (b.k_ld != 0 ? elem_bytes : v_row);
+      s.v = static_cast<const char*>(b.v) + a * v_row;
       s.n = static_cast<int32_t>(e - a);
     }
     out->push_back(s);
@@ -244,7 +248,7 @@ void HostAttention::split_batch(Batch& b) const {
     for (int64_t p = 0; p < n_parts; ++p) {
       const int32_t b0 = static_cast<int32_t>(b.parts_blocks.size());
       const int64_t r0 = p * per, r1 = std::min(rows[i], (p + 1) * per);
-      slice_rows(it.blocks, r0, r1, row_bytes, it.G, &b.parts_blocks);
+      slice_rows(it.blocks, r0, r1, row_bytes, dtype_size(kv_dtype_), it.G, &b.parts_blocks);
       b.tasks.push_back({static_cast<int32_t>(i), static_cast<int32_t>(p), b0,
                          static_cast<int32_t>(b.parts_blocks.size()), r1 - r0});
     }

@@ -55,12 +55,18 @@ struct HeadKv {
   std::vector<std::vector<char>> kb, vb;   // per block [n, d] in dtype t
   std::vector<std::vector<float>> kf, vf;  // per block [n, d] rounded values
   std::vector<std::vector<int32_t>> idx;   // per block selection
+  std::vector<int64_t> ld;                 // per block: K by columns [d, ld] (0: by rows [n, d])
   std::vector<HostBlockRef> refs;
+
+  // How the K of the blocks is stored: by rows, by columns (as the host store keeps it; the
+  // column stride is the block's rows rounded up to a multiple of 7, so it is larger than the
+  // rows in most blocks, as in a partial host block), or alternately.
+  enum class KLayout { kRows, kColumns, kMixed };
 
   // lens: rows per block; select: keep each row with probability keep (sorted idx), else all.
   // growth > 0 makes later keys larger, so the running max keeps growing (rescaling path).
   HeadKv(DType type, int32_t dim, const std::vector<int32_t>& lens, std::mt19937& rng, bool select,
-         double keep = 0.3, float growth = 0.0f)
+         double keep = 0.3, float growth = 0.0f, KLayout layout = KLayout::kRows)
       : t(type), d(dim) {
     std::uniform_real_distribution<float> u(-1.0f, 1.0f);
     std::uniform_real_distribution<double> coin(0.0, 1.0);
@@ -68,7 +74,9 @@ struct HeadKv {
     int64_t row = 0;
     for (int32_t n : lens) {
       const size_t nd = static_cast<size_t>(n) * static_cast<size_t>(d);
-      kb.emplace_back(nd * es);
+      const bool cols = layout == KLayout::kColumns || (layout == KLayout::kMixed && kb.size() % 2);
+      ld.push_back(cols ? (n + 6) / 7 * 7 : 0);
+      kb.emplace_back(cols ? static_cast<size_t>(ld.back() * d) * es : nd * es);
       vb.emplace_back(nd * es);
       kf.emplace_back(nd);
       vf.emplace_back(nd);
@@ -77,7 +85,8 @@ struct HeadKv {
         const float gain = 1.0f + growth * static_cast<float>(row);
         for (int32_t c = 0; c < d; ++c) {
           const int64_t i = int64_t{r} * d + c;
-          kf.back()[static_cast<size_t>(i)] = store_as(t, kb.back().data(), i, gain * u(rng));
+          const int64_t ki = ld.back() != 0 ? c * ld.back() + r : i;
+          kf.back()[static_cast<size_t>(i)] = store_as(t, kb.back().data(), ki, gain * u(rng));
           vf.back()[static_cast<size_t>(i)] = store_as(t, vb.back().data(), i, u(rng));
         }
         if (select && coin(rng) < keep) idx.back().push_back(r);
@@ -85,6 +94,7 @@ struct HeadKv {
     }
     for (size_t b = 0; b < lens.size(); ++b) {
       HostBlockRef ref{kb[b].data(), vb[b].data(), lens[b]};
+      ref.k_ld = ld[b];
       if (select) {
         // An empty vector's data() may be null, and a null idx means "all rows".
         static const int32_t kNone = 0;
@@ -108,7 +118,7 @@ struct HeadKv {
         const char* kr = static_cast<const char*>(r.k);
         const ptrdiff_t off = kr - k0;
         if (off < 0 || off >= static_cast<ptrdiff_t>(kb[b].size())) continue;  // strictly inside
-        const int64_t r0 = off / (d * dtype_size(t));
+        const int64_t r0 = off / (ld[b] != 0 ? dtype_size(t) : d * dtype_size(t));
         for (int32_t i = 0; i < r.rows(); ++i) {
           const int64_t row = r0 + (r.idx != nullptr ? r.idx[i] : i);
           krows.push_back(kf[b].data() + row * d);
@@ -198,7 +208,9 @@ TEST_CASE("host_attend_group matches float64 over dtypes, group sizes, head dims
       {64, 64, 37},    // full blocks and a partial last block
       {5},             // less than one chunk
       {1, 16, 17, 3},  // chunks that straddle blocks
+      {128, 100},      // blocks longer than one cols pass (64 rows)
   };
+  using KLayout = HeadKv::KLayout;
   for (cpu::Isa isa : cpu::supported_isas()) {
     const cpu::ScopedIsa scoped(isa);
     INFO("isa " << cpu::isa_name(isa));
@@ -208,10 +220,12 @@ TEST_CASE("host_attend_group matches float64 over dtypes, group sizes, head dims
       for (int32_t d : {8, 16, 24, 32, 40, 64, 72, 128})
         for (int32_t G : {1, 2, 3, 4, 8})
           for (const auto& lens : layouts)
-            for (bool select : {false, true}) {
-              const HeadKv head(t, d, lens, rng, select);
-              check_kernel(head, G, rng);
-            }
+            for (bool select : {false, true})
+              for (KLayout k : {KLayout::kRows, KLayout::kColumns, KLayout::kMixed}) {
+                INFO("K layout " << static_cast<int>(k) << " select " << select);
+                const HeadKv head(t, d, lens, rng, select, 0.3, 0.0f, k);
+                check_kernel(head, G, rng);
+              }
   }
 }
 
@@ -220,10 +234,11 @@ TEST_CASE("host_attend_group: more than 8 heads take several passes") {
     const cpu::ScopedIsa scoped(isa);
     INFO("isa " << cpu::isa_name(isa));
     std::mt19937 rng(99);
-    for (int32_t G : {9, 12, 16}) {
-      const HeadKv head(DType::kBF16, 64, {64, 40}, rng, false);
-      check_kernel(head, G, rng);
-    }
+    for (int32_t G : {9, 12, 16})
+      for (auto k : {HeadKv::KLayout::kRows, HeadKv::KLayout::kColumns}) {
+        const HeadKv head(DType::kBF16, 64, {64, 40}, rng, false, 0.3, 0.0f, k);
+        check_kernel(head, G, rng);
+      }
   }
 }
 
@@ -232,12 +247,13 @@ TEST_CASE("host_attend_group: a growing max rescales, large scores do not overfl
     const cpu::ScopedIsa scoped(isa);
     INFO("isa " << cpu::isa_name(isa));
     std::mt19937 rng(7);
-    for (DType t : kKvTypes) {
-      const HeadKv growing(t, 64, {64, 64, 64, 64}, rng, false, 0.3, 0.02f);
-      check_kernel(growing, 4, rng);
-      const HeadKv plain(t, 128, {64, 64, 50}, rng, true, 0.5);
-      check_kernel(plain, 2, rng, 40.0f);  // scores of several hundred
-    }
+    for (DType t : kKvTypes)
+      for (auto k : {HeadKv::KLayout::kRows, HeadKv::KLayout::kColumns}) {
+        const HeadKv growing(t, 64, {64, 64, 64, 64}, rng, false, 0.3, 0.02f, k);
+        check_kernel(growing, 4, rng);
+        const HeadKv plain(t, 128, {64, 64, 50}, rng, true, 0.5, 0.0f, k);
+        check_kernel(plain, 2, rng, 40.0f);  // scores of several hundred
+      }
   }
 }
 
@@ -308,23 +324,27 @@ TEST_CASE("HostAttention splits one long item across the cores and merges it exa
   const int32_t G = 4, d = 64;
   const float scale = 0.125f;
   for (DType t : kKvTypes)
-    for (bool select : {false, true}) {
-      const std::vector<int32_t> lens(130, 64);  // 8320 rows: several parts on 2+ threads
-      const HeadKv head(t, d, lens, rng, select, 0.7);
-      const auto q = random_q(G, d, rng);
-      for (int threads : {1, 2, 8}) {
-        HostAttention ha(threads, d, scale, t);
-        std::vector<float> o(G * d), lse(G);
-        const auto ticket = ha.submit({HostAttnItem{q.data(), G, o.data(), lse.data(), head.refs}});
-        ha.wait(ticket);
-        std::vector<double> ro, rl;
-        head.reference(q, G, scale, head.refs, &ro, &rl);
-        const Errors e = compare(o.data(), lse.data(), ro, rl, G, d);
-        INFO("dtype " << dtype_name(t) << " select " << select << " threads " << threads);
-        CHECK(e.o < kTol);
-        CHECK(e.lse < kTol);
+    for (bool select : {false, true})
+      for (auto k : {HeadKv::KLayout::kRows, HeadKv::KLayout::kColumns}) {
+        // 8320 rows: several parts on 2+ threads, cut inside blocks (columns: at an element offset)
+        const std::vector<int32_t> lens(130, 64);
+        const HeadKv head(t, d, lens, rng, select, 0.7, 0.0f, k);
+        const auto q = random_q(G, d, rng);
+        for (int threads : {1, 2, 8}) {
+          HostAttention ha(threads, d, scale, t);
+          std::vector<float> o(G * d), lse(G);
+          const auto ticket =
+              ha.submit({HostAttnItem{q.data(), G, o.data(), lse.data(), head.refs}});
+          ha.wait(ticket);
+          std::vector<double> ro, rl;
+          head.reference(q, G, scale, head.refs, &ro, &rl);
+          const Errors e = compare(o.data(), lse.data(), ro, rl, G, d);
+          INFO("dtype " << dtype_name(t) << " select " << select << " threads " << threads
+                        << " K layout " << static_cast<int>(k));
+          CHECK(e.o < kTol);
+          CHECK(e.lse < kTol);
+        }
       }
-    }
 }
 
 TEST_CASE("HostAttention: many items, many tickets in flight, waited out of order") {

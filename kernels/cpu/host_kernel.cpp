@@ -140,6 +140,90 @@ void value_pass(const typename E::T* const* rows, int32_t nr, const float* p, fl
   value_cols<E, GS, 1>(rows, nr, p, acc, d, &c, pf, pf_n);
 }
 
+// The cols pass (host_kernel_passes.h) for GS heads and NZ * 8 rows from row r0: per channel, NZ
+// vectors of K values times q_gc broadcast.
+template <typename E, int GS, int NZ>
+void cols_rows(const typename E::T* kt, int64_t ld, int32_t r0, const float* q, int32_t d, float* s,
+               int32_t s_stride) {
+  // Chains of cpu::kColSpan channels added up in s (the AVX-512 pass's order, the same bits).
+  for (int32_t c0 = 0; c0 < d; c0 += cpu::kColSpan) {
+    __m256 acc[GS * NZ];
+#pragma GCC unroll 8
+    for (int i = 0; i < GS * NZ; ++i) acc[i] = _mm256_setzero_ps();
+    for (int32_t c = c0; c < std::min(d, c0 + cpu::kColSpan); ++c) {
+      const typename E::T* col = kt + c * ld + r0;
+      __m256 kv[NZ];
+#pragma GCC unroll 2
+      for (int z = 0; z < NZ; ++z) {
+        kv[z] = E::load8(col + 8 * z);
+        if constexpr (GS >= 2) TANDEM_IN_REGISTER(kv[z]);
+      }
+#pragma GCC unroll 4
+      for (int g = 0; g < GS; ++g) {
+        const __m256 qb = _mm256_broadcast_ss(q + g * d + c);
+#pragma GCC unroll 2
+        for (int z = 0; z < NZ; ++z) acc[g * NZ + z] = _mm256_fmadd_ps(qb, kv[z], acc[g * NZ + z]);
+      }
+    }
+#pragma GCC unroll 4
+    for (int g = 0; g < GS; ++g)
+#pragma GCC unroll 2
+      for (int z = 0; z < NZ; ++z) {
+        float* sp = s + g * s_stride + r0 + 8 * z;
+        _mm256_storeu_ps(
+            sp, c0 == 0 ? acc[g * NZ + z] : _mm256_add_ps(_mm256_loadu_ps(sp), acc[g * NZ + z]));
+      }
+  }
+}
+
+// 16 rows at a time, then 8, then the last < 8 rows one dot product each (strided reads).
+template <typename E, int GS>
+void cols_heads(const typename E::T* kt, int64_t ld, int32_t n, const float* q, int32_t d, float* s,
+                int32_t s_stride) {
+  int32_t r = 0;
+  for (; r + 16 <= n; r += 16) cols_rows<E, GS, 2>(kt, ld, r, q, d, s, s_stride);
+  for (; r + 8 <= n; r += 8) cols_rows<E, GS, 1>(kt, ld, r, q, d, s, s_stride);
+  for (; r < n; ++r)
+    for (int g = 0; g < GS; ++g) {
+      float total = 0.0f;
+      for (int32_t c0 = 0; c0 < d; c0 += cpu::kColSpan) {
+        float a = 0.0f;
+        for (int32_t c = c0; c < std::min(d, c0 + cpu::kColSpan); ++c)
+          a = std::fma(q[g * d + c], E::get(kt + c * ld + r), a);
+        total = c0 == 0 ? a : total + a;
+      }
+      s[g * s_stride + r] = total;
+    }
+}
+
+template <typename E>
+void cols_pass(const typename E::T* kt, int64_t ld, int32_t n, const float* q, int32_t G, int32_t d,
+               float* s, int32_t s_stride, const typename E::T* const* pf, int32_t pf_n,
+               int32_t pf_row_bytes) {
+  // AVX2: the prefetches all at once (a 16-row sweep reads one line per channel, so the pass is
+  // not in address order anyway; this path is the portable one, not the fast one).
+  for (int32_t j = 0; j < pf_n; ++j) prefetch_bytes(pf[j], pf_row_bytes);
+  for (int32_t h0 = 0; h0 < G; h0 += kMaxPass) {
+    const int32_t gs = std::min(kMaxPass, G - h0);
+    const float* qh = q + h0 * d;
+    float* sh = s + h0 * s_stride;
+    switch (gs) {
+      case 1:
+        cols_heads<E, 1>(kt, ld, n, qh, d, sh, s_stride);
+        break;
+      case 2:
+        cols_heads<E, 2>(kt, ld, n, qh, d, sh, s_stride);
+        break;
+      case 3:
+        cols_heads<E, 3>(kt, ld, n, qh, d, sh, s_stride);
+        break;
+      default:
+        cols_heads<E, 4>(kt, ld, n, qh, d, sh, s_stride);
+        break;
+    }
+  }
+}
+
 // The online softmax of one chunk (kernels/cpu/host_kernel_passes.h, HostSoftmax), 8 lanes.
 void softmax_chunk_avx2(float* s, int32_t G, int32_t nr, int32_t nr_pad, float* m_run, float* l_run,
                         float* acc, int32_t d) {
@@ -207,13 +291,27 @@ PassFns<E> pass_fns_for(int gs) {
   }
 }
 
+// The cols pass of the active ISA.
+template <typename E>
+cpu::HostColScore<typename E::T> cols_fn() {
+  if (cpu::active_isa() >= cpu::Isa::kAvx512) {
+    if constexpr (std::is_same_v<E, cpu::F32>) return cpu::host_cols_avx512_f32();
+    if constexpr (std::is_same_v<E, cpu::BF16>) return cpu::host_cols_avx512_bf16();
+    if constexpr (std::is_same_v<E, cpu::F16>) return cpu::host_cols_avx512_f16();
+  }
+  return &cols_pass<E>;
+}
+
 // Per-thread working memory of one call, reused across calls.
 struct Scratch {
-  std::vector<float> qs;   // [G, d] scale * q
-  std::vector<float> acc;  // [G, d] unnormalised output
-  std::vector<float> s;    // [G, kChunkRows] scores, then probabilities
-  std::vector<float> m;    // [G] running max
-  std::vector<float> l;    // [G] running sum of exp(score - m)
+  std::vector<float> bs;          // [G, n] scores of a column-stored block, then picked per chunk
+  std::vector<const void*> rows;  // V rows of a column-stored block's selected rows; then the
+                                  // next block's K as pseudo-rows of d elements (prefetch lists)
+  std::vector<float> qs;          // [G, d] scale * q
+  std::vector<float> acc;         // [G, d] unnormalised output
+  std::vector<float> s;           // [G, kChunkRows] scores, then probabilities
+  std::vector<float> m;           // [G] running max
+  std::vector<float> l;           // [G] running sum of exp(score - m)
 };
 
 template <typename E>
@@ -241,8 +339,9 @@ class GroupAttention {
     }
   }
 
-  // Adds the rows of one block to the chunk, processing full chunks.
-  void add_block(const HostBlockRef& b) {
+  // Adds the rows of one block to the chunk, processing full chunks. next: the block after it
+  // (null for the last), whose K a column-stored block prefetches.
+  void add_block(const HostBlockRef& b, const HostBlockRef* next) {
     TANDEM_CHECK(b.n >= 0 && b.n_idx >= 0, "host block n=", b.n, " n_idx=", b.n_idx);
     const int32_t rows = b.rows();
     if (rows == 0) return;
@@ -257,6 +356,7 @@ class GroupAttention {
       for (int32_t i = 0; i < b.n_idx; ++i)
         TANDEM_CHECK(b.idx[i] >= 0 && b.idx[i] < b.n, "host block idx ", b.idx[i], " outside [0, ",
                      b.n, ")");
+    if (b.k_ld != 0 && !scored_) return add_cols(b, next);
     // Whole runs of rows at a time: the row pointers of a chunk are written by a plain loop,
     // one chunk-full test per run (per row, the bookkeeping cost ~8% of the kernel in cache).
     for (int32_t i = 0; i < rows;) {
@@ -283,9 +383,7 @@ class GroupAttention {
 
   // Processes the last partial chunk and writes o [G, d] and lse [G].
   void finish(float* o, float* lse) {
-    if (pending_) process(chunks_[fill_ ^ 1], &chunks_[fill_]);
-    pending_ = false;
-    if (chunks_[fill_].n > 0) process(chunks_[fill_], nullptr);
+    flush_rows();
     for (int32_t g = 0; g < G_; ++g) {
       float* og = o + static_cast<int64_t>(g) * d_;
       const float l = w_.l[static_cast<size_t>(g)];
@@ -315,6 +413,81 @@ class GroupAttention {
     const float* z[kChunkRows];  // given scores [G] per row (scored_)
     int32_t n = 0;
   };
+
+  // Processes the chunks of row-stored K still held (before a column-stored block, and at the end).
+  void flush_rows() {
+    if (pending_) process(chunks_[fill_ ^ 1], &chunks_[fill_]);
+    pending_ = false;
+    if (chunks_[fill_].n > 0) process(chunks_[fill_], nullptr);
+  }
+
+  // A block whose K is stored by columns (HostBlockRef::k_ld): the scores of all its rows by the
+  // cols pass (kColRows at a time, K in address order, the selected rows' V prefetched along the
+  // way), then the selected rows in chunks of kChunkRows through the softmax and value passes,
+  // which prefetch the next block's K. With a selection (idx) the whole block is scored: its K is
+  // read either way once a row in every few lines is selected, and the pass needs no gather.
+  void add_cols(const HostBlockRef& b, const HostBlockRef* next) {
+    flush_rows();
+    TANDEM_CHECK(b.k_ld >= b.n, "host block K column stride ", b.k_ld, " < ", b.n, " rows");
+    const T* kt = static_cast<const T*>(b.k);
+    const T* v = static_cast<const T*>(b.v);
+    const int64_t vs = b.stride != 0 ? b.stride : d_;
+    const int32_t n = b.n, sel = b.rows();
+    const int32_t row_bytes = d_ * static_cast<int32_t>(sizeof(T));
+    auto row_of = [&](int32_t i) { return b.idx != nullptr ? b.idx[i] : i; };
+    // The selected rows' V, prefetched during the scores (each panel its share).
+    std::vector<const void*>& list = w_.rows;
+    list.resize(static_cast<size_t>(sel));
+    const void** lp = list.data();
+    for (int32_t i = 0; i < sel; ++i) lp[i] = v + row_of(i) * vs;
+    const int32_t n_alloc = (n + 15) & ~15;
+    w_.bs.resize(static_cast<size_t>(G_) * n_alloc);
+    float* bs = w_.bs.data();
+    const int32_t n_panels = (n + cpu::kColRows - 1) / cpu::kColRows;
+    for (int32_t p = 0; p < n_panels; ++p) {
+      const int32_t r0 = p * cpu::kColRows, np = std::min(cpu::kColRows, n - r0);
+      const int32_t f0 = p * sel / n_panels, f1 = (p + 1) * sel / n_panels;
+      cols_(kt + r0, b.k_ld, np, w_.qs.data(), G_, d_, bs + r0, n_alloc,
+            reinterpret_cast<const T* const*>(list.data() + f0), f1 - f0, row_bytes);
+    }
+    // The next block's K (columns, or rows) as pseudo-rows of d elements over the bytes it spans,
+    // handed to the value passes' prefetch, a share per chunk.
+    list.clear();
+    if (next != nullptr && next->s == nullptr && next->k != nullptr && next->rows() > 0) {
+      const int64_t span =
+          next->k_ld != 0 ? (d_ - 1) * next->k_ld + next->n
+                          : int64_t{next->n - 1} * (next->stride != 0 ? next->stride : d_) + d_;
+      const T* nk = static_cast<const T*>(next->k);
+      list.resize(static_cast<size_t>((span + d_ - 1) / d_));
+      const void** np = list.data();
+      for (size_t i = 0; i < list.size(); ++i) np[i] = nk + static_cast<int64_t>(i) * d_;
+    }
+    const int32_t n_pf = static_cast<int32_t>(list.size());
+    const T* const* pf = reinterpret_cast<const T* const*>(list.data());
+    float* s = w_.s.data();
+    const T* vp[kChunkRows];
+    for (int32_t i0 = 0; i0 < sel; i0 += kChunkRows) {
+      const int32_t m = std::min(kChunkRows, sel - i0);
+      if (b.idx == nullptr) {
+        for (int32_t j = 0; j < m; ++j) vp[j] = v + (i0 + j) * vs;
+        for (int32_t g = 0; g < G_; ++g) std::copy_n(bs + g * n_alloc + i0, m, s + g * kChunkRows);
+      } else {
+        for (int32_t j = 0; j < m; ++j) {
+          const int32_t r = b.idx[i0 + j];
+          vp[j] = v + r * vs;
+          for (int32_t g = 0; g < G_; ++g) s[g * kChunkRows + j] = bs[g * n_alloc + r];
+        }
+      }
+      softmax_(s, G_, m, (m + 15) & ~15, w_.m.data(), w_.l.data(), w_.acc.data(), d_);
+      const int32_t f0 = static_cast<int32_t>(int64_t{i0} * n_pf / sel);
+      const int32_t f1 = static_cast<int32_t>(int64_t{i0 + m} * n_pf / sel);
+      for (size_t i = 0; i < passes_.size(); ++i) {
+        const Pass& ps = passes_[i];
+        ps.fns.value(vp, m, s + ps.h0 * kChunkRows, w_.acc.data() + ps.h0 * d_, d_, pf + f0,
+                     i == 0 ? std::min(f1 - f0, m) : 0);
+      }
+    }
+  }
 
   // Two chunks: the one being filled and the full one before it, processed once the next is
   // full, so that its K rows can be prefetched during the previous one's values.
@@ -362,6 +535,7 @@ class GroupAttention {
   int32_t G_, d_;
   cpu::HostSoftmax softmax_ =
       cpu::active_isa() >= cpu::Isa::kAvx512 ? cpu::host_softmax_avx512 : &softmax_chunk_avx2;
+  cpu::HostColScore<T> cols_ = cols_fn<E>();
   bool scored_;  // scores given with the blocks: no score pass, K not read
   Scratch& w_;
   std::vector<Pass> passes_;
@@ -376,7 +550,8 @@ void attend_typed(const float* q, int32_t G, int32_t d, float scale,
                   std::span<const HostBlockRef> blocks, float* o, float* lse) {
   thread_local Scratch scratch;
   GroupAttention<E> ga(q, G, d, scale, scratch);
-  for (const HostBlockRef& b : blocks) ga.add_block(b);
+  for (size_t i = 0; i < blocks.size(); ++i)
+    ga.add_block(blocks[i], i + 1 < blocks.size() ? &blocks[i + 1] : nullptr);
   ga.finish(o, lse);
 }
 
@@ -426,7 +601,12 @@ void host_weighted_values(int32_t G, int32_t d, DType kv_dtype,
 
 int64_t host_kv_bytes(std::span<const HostBlockRef> blocks, int32_t d, DType kv_dtype) {
   int64_t rows = 0;
-  for (const HostBlockRef& b : blocks) rows += int64_t{b.rows()} * (b.s != nullptr ? 1 : 2);
+  for (const HostBlockRef& b : blocks) {
+    if (b.rows() == 0) continue;
+    // A column-stored K is read whole (every row of the block is scored).
+    const int64_t k_rows = b.s != nullptr ? 0 : b.k_ld != 0 ? b.n : b.rows();
+    rows += b.rows() + k_rows;
+  }
   return rows * d * dtype_size(kv_dtype);
 }
 

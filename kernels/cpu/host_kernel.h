@@ -14,17 +14,22 @@
 
 namespace tandem {
 
-// One block's rows of one KV head, as the host store lays them out: K and V each
-// [n, head_dim] contiguous rows in the store's KV dtype (or rows `stride` elements apart, e.g.
-// one head of [n, n_head_kv, head_dim] rows).
+// One block's rows of one KV head: V [n, head_dim] contiguous rows in the store's KV dtype (or
+// rows `stride` elements apart, e.g. one head of [n, n_head_kv, head_dim] rows); K likewise, or
+// stored by columns [head_dim, k_ld] as the host store keeps it (k_ld below): the score pass then
+// reads K in address order, which the hardware prefetchers follow.
 struct HostBlockRef {
-  const void* k = nullptr;       // [n, head_dim]
+  const void* k = nullptr;       // [n, head_dim], or [head_dim, k_ld] (k_ld below)
   const void* v = nullptr;       // [n, head_dim]
   int32_t n = 0;                 // valid rows in the block
   const int32_t* idx = nullptr;  // optional selection: attend only rows idx[0, n_idx), each in
                                  // [0, n); nullptr = all n rows
   int32_t n_idx = 0;
   int64_t stride = 0;  // elements from one row to the next; 0 = head_dim (contiguous rows)
+  // K stored by columns, as the host store keeps it: element (row i, channel c) at
+  // k[c * k_ld + i], k_ld >= n (the block's row capacity); 0 = K by rows like V (stride above).
+  // Rows a.. of such a block start at k + a.
+  int64_t k_ld = 0;
   // Optional given scores (value offload): s[i * G + g] is the score, already scaled, of the
   // block's i-th selected row for query head g of the call; K is then not read (k may be null).
   const float* s = nullptr;

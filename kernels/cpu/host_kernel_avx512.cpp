@@ -17,7 +17,9 @@
 #endif
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 #include "kernels/cpu/host_kernel.h"
 #include "kernels/cpu/host_kernel_passes.h"
@@ -317,6 +319,122 @@ TANDEM_AVX512 void softmax16(float* s, int32_t G, int32_t nr, int32_t nr_pad, fl
   }
 }
 
+// The cols pass (host_kernel_passes.h) for GS heads: per channel c, the n <= 64 rows' K values
+// kt[c * ld, + 64) as four 16-lane vectors (masked past n: no memory is read there), each times
+// q_gc broadcast into 4 GS accumulators. K is read in address order, whole lines; every score is
+// one lane's chain of d FMAs in channel order. pf rows are prefetched spread over the channels.
+template <class L, int GS>
+TANDEM_AVX512 void cols_heads(const typename L::T* kt, int64_t ld, int32_t n, const float* q,
+                              int32_t d, float* s, int32_t s_stride, const typename L::T* const* pf,
+                              int32_t pf_n, int32_t pf_row_bytes) {
+  __mmask16 m[4];
+#pragma GCC unroll 4
+  for (int z = 0; z < 4; ++z) {
+    const int32_t k = std::clamp(n - 16 * z, 0, 16);
+    m[z] = static_cast<__mmask16>((1u << k) - 1u);
+  }
+  // bf16: one 64-byte load holds 32 rows; the low halves of its 32-bit words shifted up are the
+  // even rows as f32 and the high halves masked the odd ones (2 instructions per 32 values, where
+  // widening takes 2 per 16). Accumulator z then holds the even (z even) or odd rows of rows
+  // [32 (z / 2), + 32), put back in order when a span's sums are stored.
+  constexpr bool kPairs = std::is_same_v<L, LoadBF16>;
+  __mmask32 m32[2];
+#pragma GCC unroll 2
+  for (int h = 0; h < 2; ++h) {
+    const int32_t k = std::clamp(n - 32 * h, 0, 32);
+    m32[h] = k == 32 ? ~__mmask32{0} : static_cast<__mmask32>((1u << k) - 1u);
+  }
+  const __m512i lo_idx = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+  const __m512i hi_idx =
+      _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
+  int32_t pf_next = 0;
+  // Channels in spans of kColSpan, each span's dot products a fresh chain added to the sums in s:
+  // one chain of d FMAs per score would round more than the row passes' 16 short chains (seen
+  // with scores of several hundred).
+  for (int32_t c0 = 0; c0 < d; c0 += kColSpan) {
+    __m512 acc[GS * 4];
+#pragma GCC unroll 16
+    for (int i = 0; i < GS * 4; ++i) acc[i] = _mm512_setzero_ps();
+    for (int32_t c = c0; c < std::min(d, c0 + kColSpan); ++c) {
+      // Rows [pf_next, (c + 1) * pf_n / d) of the prefetch list: whole rows, evenly over the pass.
+      for (const int32_t e = (c + 1) * pf_n / d; pf_next < e; ++pf_next)
+        prefetch_l2(pf[pf_next], pf_row_bytes);
+      const typename L::T* col = kt + c * ld;
+      __m512 kv[4];
+      if constexpr (kPairs) {
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; ++h) {
+          const __m512i x = m32[h] == ~__mmask32{0}
+                                ? _mm512_loadu_si512(col + 32 * h)
+                                : _mm512_maskz_loadu_epi16(m32[h], col + 32 * h);
+          kv[2 * h] = _mm512_castsi512_ps(_mm512_slli_epi32(x, 16));
+          kv[2 * h + 1] = _mm512_castsi512_ps(
+              _mm512_and_si512(x, _mm512_set1_epi32(static_cast<int>(0xFFFF0000u))));
+        }
+      } else {
+#pragma GCC unroll 4
+        for (int z = 0; z < 4; ++z) kv[z] = L::load(col + 16 * z, m[z]);
+      }
+      if constexpr (GS >= 2) {
+#pragma GCC unroll 4
+        for (int z = 0; z < 4; ++z) TANDEM_ZMM_IN_REGISTER(kv[z]);
+      }
+#pragma GCC unroll 4
+      for (int g = 0; g < GS; ++g) {
+        const __m512 qb = _mm512_set1_ps(q[g * d + c]);
+#pragma GCC unroll 4
+        for (int z = 0; z < 4; ++z) acc[g * 4 + z] = _mm512_fmadd_ps(qb, kv[z], acc[g * 4 + z]);
+      }
+    }
+    if constexpr (kPairs) {
+#pragma GCC unroll 4
+      for (int g = 0; g < GS; ++g)
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; ++h) {
+          const __m512 ev = acc[g * 4 + 2 * h], od = acc[g * 4 + 2 * h + 1];
+          acc[g * 4 + 2 * h] = _mm512_permutex2var_ps(ev, lo_idx, od);
+          acc[g * 4 + 2 * h + 1] = _mm512_permutex2var_ps(ev, hi_idx, od);
+        }
+    }
+#pragma GCC unroll 4
+    for (int g = 0; g < GS; ++g)
+#pragma GCC unroll 4
+      for (int z = 0; z < 4; ++z) {
+        float* sp = s + g * s_stride + 16 * z;
+        const __m512 sum = c0 == 0 ? acc[g * 4 + z]
+                                   : _mm512_add_ps(_mm512_maskz_loadu_ps(m[z], sp), acc[g * 4 + z]);
+        _mm512_mask_storeu_ps(sp, m[z], sum);
+      }
+  }
+}
+
+// All G heads, in passes of up to 4 (the later passes find K in L1); only the first prefetches.
+template <class L>
+TANDEM_AVX512 void cols_pass(const typename L::T* kt, int64_t ld, int32_t n, const float* q,
+                             int32_t G, int32_t d, float* s, int32_t s_stride,
+                             const typename L::T* const* pf, int32_t pf_n, int32_t pf_row_bytes) {
+  for (int32_t h0 = 0; h0 < G; h0 += 4) {
+    const int32_t gs = std::min(4, G - h0);
+    const float* qh = q + h0 * d;
+    float* sh = s + h0 * s_stride;
+    const int32_t npf = h0 == 0 ? pf_n : 0;
+    switch (gs) {
+      case 1:
+        cols_heads<L, 1>(kt, ld, n, qh, d, sh, s_stride, pf, npf, pf_row_bytes);
+        break;
+      case 2:
+        cols_heads<L, 2>(kt, ld, n, qh, d, sh, s_stride, pf, npf, pf_row_bytes);
+        break;
+      case 3:
+        cols_heads<L, 3>(kt, ld, n, qh, d, sh, s_stride, pf, npf, pf_row_bytes);
+        break;
+      default:
+        cols_heads<L, 4>(kt, ld, n, qh, d, sh, s_stride, pf, npf, pf_row_bytes);
+        break;
+    }
+  }
+}
+
 template <class L>
 HostPasses<typename L::T> passes(int gs) {
   switch (gs) {
@@ -333,6 +451,9 @@ HostPasses<typename L::T> passes(int gs) {
 
 }  // namespace
 
+HostColScore<float> host_cols_avx512_f32() { return &cols_pass<LoadF32>; }
+HostColScore<uint16_t> host_cols_avx512_bf16() { return &cols_pass<LoadBF16>; }
+HostColScore<uint16_t> host_cols_avx512_f16() { return &cols_pass<LoadF16>; }
 HostPasses<float> host_passes_avx512_f32(int gs) { return passes<LoadF32>(gs); }
 HostPasses<uint16_t> host_passes_avx512_bf16(int gs) { return passes<LoadBF16>(gs); }
 HostPasses<uint16_t> host_passes_avx512_f16(int gs) { return passes<LoadF16>(gs); }

@@ -6,12 +6,30 @@
 //          pre-scaled. Rows pf[0, pf_n) are prefetched along the way.
 //   value  acc[g * d + c] += sum over j < nr of p[g * kChunkRows + j] * v_j[c]; rows: nr pointers
 //          to V rows. The columns of rows pf[0, pf_n) are prefetched along the way.
+//   cols   s[g * s_stride + i] = q_g . k_i for all G heads and rows i in [0, n), n <= kColRows,
+//          of a block whose K is stored by columns (element (i, c) at kt[c * ld + i]): the pass
+//          reads K in address order, channel after channel, each channel's rows as whole
+//          vectors times q_gc broadcast, so no reduction is needed. q: f32 [G, d], pre-scaled.
+//          The rows pf[0, pf_n) (V rows of pf_row_bytes) are prefetched along the way, spread
+//          over the channels.
 // d is a multiple of 8.
 #pragma once
 
 #include <cstdint>
 
 namespace tandem::cpu {
+
+// Rows of a column-stored K block scored per call of the cols pass (four 16-lane vectors per
+// channel).
+inline constexpr int32_t kColRows = 64;
+
+// Channels per chain of the cols pass: each score is the sum of d / kColSpan chains of FMAs.
+inline constexpr int32_t kColSpan = 32;
+
+template <typename T>
+using HostColScore = void (*)(const T* kt, int64_t ld, int32_t n, const float* q, int32_t G,
+                              int32_t d, float* s, int32_t s_stride, const T* const* pf,
+                              int32_t pf_n, int32_t pf_row_bytes);
 
 template <typename T>
 struct HostPasses {
@@ -20,6 +38,11 @@ struct HostPasses {
   void (*value)(const T* const* rows, int32_t nr, const float* p, float* acc, int32_t d,
                 const T* const* pf, int32_t pf_n);
 };
+
+// The AVX2 cols pass (host_kernel.cpp).
+HostColScore<float> host_cols_avx2_f32();
+HostColScore<uint16_t> host_cols_avx2_bf16();
+HostColScore<uint16_t> host_cols_avx2_f16();
 
 // The online softmax of one chunk, for heads g in [0, G): the scores s[g * kChunkRows + j],
 // rows j in [nr, nr_pad) set to -inf first (pad rows), become exp(s - m_g) where m_g, the running
@@ -31,6 +54,9 @@ using HostSoftmax = void (*)(float* s, int32_t G, int32_t nr, int32_t nr_pad, fl
 
 // The AVX-512 passes (kernels/cpu/host_kernel_avx512.cpp) for gs heads per pass, 1 to 4. Call
 // only when active_isa() is avx512 or above.
+HostColScore<float> host_cols_avx512_f32();
+HostColScore<uint16_t> host_cols_avx512_bf16();
+HostColScore<uint16_t> host_cols_avx512_f16();
 HostPasses<float> host_passes_avx512_f32(int gs);
 HostPasses<uint16_t> host_passes_avx512_bf16(int gs);
 HostPasses<uint16_t> host_passes_avx512_f16(int gs);
