@@ -1,6 +1,7 @@
 // BlockAccess: where the bytes of a block are, for both tiers of a store: the device block as
 // the backend sees it, the host's side of it (the block itself where the host can read backend
-// memory, else its mirror), and the host block's K, V, MAW and Quest digest.
+// memory, else its mirror), and the host block's K, V, MAW and Quest digest. Host K is stored by
+// channel (kvstore/block_table.h): its readers and writers go through the accessors here.
 #pragma once
 
 #include "kernels/backend.h"
@@ -30,9 +31,28 @@ struct BlockAccess {
   float* dev_maw(int32_t id) const {
     return reinterpret_cast<float*>(mirror_k(id) + 2 * layout.dev_kv_bytes());
   }
-  // A host block: K [Hkv, tokens, d], V, digest min/max f32 [Hkv, d], with --value-offload the
-  // key codes (its MAW values are the sequence's: LayerTable::maw).
+  // A host block: K [Hkv, d, tokens] (by channel per head), V [Hkv, tokens, d], digest min/max
+  // f32 [Hkv, d], with --value-offload the key codes (its MAW values are the sequence's:
+  // LayerTable::maw).
   uint8_t* host_k(int32_t id) const { return static_cast<uint8_t*>(host.data(id)); }
+  // Host K: the element offset from host_k(id) of (token t, channel c) of head g.
+  int64_t host_k_elem(int32_t g, int32_t t, int32_t c) const {
+    return (int64_t{g} * layout.head_dim + c) * layout.tokens + t;
+  }
+  // Head g's K in host block id: channel c's `tokens` rows contiguous from c * tokens elements
+  // on (HostBlockRef::k with k_ld = tokens).
+  uint8_t* host_k_head(int32_t id, int32_t g) const {
+    return host_k(id) + host_k_elem(g, 0, 0) * dtype_size(layout.dtype);
+  }
+  // Row t of head g's K: head_dim values as f32 (exact from f16 and bf16).
+  void read_host_k_row(int32_t id, int32_t g, int32_t t, float* out) const;
+  // Row t of head g's K <- in (head_dim f32), rounded to the store's dtype as cpu::row_from_f32
+  // rounds.
+  void write_host_k_row(int32_t id, int32_t g, int32_t t, const float* in) const;
+  // The block's K in the row layout [Hkv, tokens, d] of the store's dtype (dev_kv_bytes() at out):
+  // for the readers that take K by rows (the exact prefill's paged attention, the device copies
+  // of --device-budget).
+  void host_k_as_rows(int32_t id, uint8_t* out) const;
   uint8_t* host_v(int32_t id) const { return host_k(id) + layout.dev_kv_bytes(); }
   float* host_kmin(int32_t id) const {
     return reinterpret_cast<float*>(host_k(id) + 2 * layout.dev_kv_bytes());

@@ -25,10 +25,13 @@ struct BlockLayout {
     return int64_t{tokens} * n_head_kv * head_dim * dtype_size(dtype);
   }
   int64_t dev_bytes() const { return 2 * dev_kv_bytes() + int64_t{tokens} * n_head_kv * 4; }
-  // Host block: K [n_head_kv, tokens, head_dim], V likewise, digest min and max f32
-  // [n_head_kv, head_dim] each, then with --value-offload the key codes u8 [n_head_kv, tokens,
-  // code_row_bytes()]. Its bytes are a function of the tokens alone (immutable once full), so the
-  // prefix cache can share it; the MAW values live with each sequence.
+  // Host block: K [n_head_kv, head_dim, tokens] (by channel per head: the CPU attention's score
+  // pass then reads K in address order, each channel's tokens contiguous), V [n_head_kv, tokens,
+  // head_dim], digest min and max f32 [n_head_kv, head_dim] each, then with --value-offload the
+  // key codes u8 [n_head_kv, tokens, code_row_bytes()]. K and V take dev_kv_bytes() each, as on
+  // the device. Its bytes are a function of the tokens alone (immutable once full), so the prefix
+  // cache can share it; the MAW values live with each sequence. Read and write host K through
+  // BlockAccess (kvstore/block_access.h), never by hand.
   int64_t code_row_bytes() const { return int64_t{head_dim} * key_bits / 8; }
   int64_t code_bytes() const { return int64_t{n_head_kv} * tokens * code_row_bytes(); }
   int64_t host_bytes() const {

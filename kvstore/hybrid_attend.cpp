@@ -1,6 +1,7 @@
 // One layer of the hybrid store's batch step: the host submission, the device partials, the
 // merge and the stores (kvstore/hybrid_runner.h).
 #include <algorithm>
+#include <cstring>
 #include <limits>
 
 #include "kernels/cpu/parallel.h"
@@ -226,7 +227,8 @@ void HybridRunner::device_partials(Backend& be, int32_t layer, const TensorView&
                                       bk.dev_v(0, ls.window_tokens), pages, 0});
     }
     if (s.decode && !ls.resident.empty()) {
-      // Resident copies keep the host layout [Hkv, block, d]: [token, head, channel] by strides.
+      // Resident copies are [Hkv, block, d] K then V (kvstore/resident.cpp): [token, head,
+      // channel] by strides.
       const int64_t n = static_cast<int64_t>(ls.resident.size()), b = sh_.geo.block;
       const int64_t d = sh_.shape.head_dim;
       const KvPages pages{page_offsets_.data() + page0, n, sh_.geo.block};
@@ -250,40 +252,52 @@ void HybridRunner::host_partial_dense(Backend& be, const Seq& s, int32_t layer, 
   const LayerTable& l = s.kv->table(layer);
   const BlockAccess& bk = sh_.blocks;
   const int64_t b = sh_.geo.block, d = sh_.shape.head_dim, hkv = sh_.shape.n_head_kv;
-  const int64_t es = dtype_size(bk.layout.dtype), elems = hkv * b * d;  // one block's K (or V)
+  const DType dt = bk.layout.dtype;
+  const int64_t bytes = bk.layout.dev_kv_bytes(), elems = bytes / dtype_size(dt);  // a block's K
   const int64_t nb = static_cast<int64_t>(l.host.size());
-  // Host blocks are [head][token][channel]: view them as [token, head, channel] by strides, the
-  // pages at their own addresses (host-accessible backend) or uploaded one after the other into
-  // the staging span (device backend); then all host entries in one paged call.
-  TensorView kv(bk.host_k(l.host[0]), bk.layout.dtype, {l.host_tokens, hkv, d}, bk.host.memory());
+  // The paged attention takes K and V by rows: each host block's K is transposed back from its
+  // columns to [head][token][channel] (BlockAccess::host_k_as_rows), V is already so. The blocks
+  // lie page after page (page j at element j * elems, for K and V alike) in host staging read in
+  // place (host-accessible backend; V is copied beside K there, as the pages of K and V share
+  // their offsets), or in the staging span, uploaded block by block (device backend); viewed as
+  // [token, head, channel] by strides, all host entries go in one paged call.
+  HostSpanStaging& st = sh_.staging;
+  TensorView kv(nullptr, dt, {l.host_tokens, hkv, d});
   kv.stride = {d, b * d, 1, 0};
   TensorView vv = kv;
-  vv.data = bk.host_v(l.host[0]);
   page_offsets_.resize(static_cast<size_t>(nb));
+  for (int64_t j = 0; j < nb; ++j) page_offsets_[static_cast<size_t>(j)] = j * elems;
   if (be.host_accessible()) {
+    // Read in place by the attention below, which has finished when it returns.
+    uint8_t* k_rows = HostSpanStaging::reserve(st.host_k, nb * bytes);
+    uint8_t* v_rows = HostSpanStaging::reserve(st.host_v, nb * bytes);
     for (int64_t j = 0; j < nb; ++j) {
-      const int64_t bytes = bk.host_k(l.host[static_cast<size_t>(j)]) - bk.host_k(l.host[0]);
-      TANDEM_CHECK(bytes % es == 0, "host blocks not element-aligned");
-      page_offsets_[static_cast<size_t>(j)] = bytes / es;
+      const int32_t id = l.host[static_cast<size_t>(j)];
+      bk.host_k_as_rows(id, k_rows + j * bytes);
+      std::memcpy(v_rows + j * bytes, bk.host_v(id), static_cast<size_t>(bytes));
     }
+    kv.data = k_rows;
+    vv.data = v_rows;
+    kv.memory = vv.memory = st.host_k.view().memory;
   } else {
-    HostSpanStaging& st = sh_.staging;
     if (st.elems < nb * elems) {
       const int64_t cap = std::max(nb * elems, st.elems * 3 / 2);
       st.k = Buffer();  // free the old span before taking the new one
       st.v = Buffer();
       st.elems = 0;
-      st.k = Buffer(sh_.backend, bk.layout.dtype, {cap});
-      st.v = Buffer(sh_.backend, bk.layout.dtype, {cap});
+      st.k = Buffer(sh_.backend, dt, {cap});
+      st.v = Buffer(sh_.backend, dt, {cap});
       st.elems = cap;
     }
+    // One block's K rows at a time: upload lets its source be reused once it returns.
+    uint8_t* k_rows = HostSpanStaging::reserve(st.host_k, bytes);
     for (int64_t j = 0; j < nb; ++j) {
       const int32_t id = l.host[static_cast<size_t>(j)];
-      be.upload(TensorView(bk.host_k(id), bk.layout.dtype, {elems}),
+      bk.host_k_as_rows(id, k_rows);
+      be.upload(TensorView(k_rows, dt, {elems}, st.host_k.view().memory),
                 st.k.view().slice(j * elems, (j + 1) * elems));
-      be.upload(TensorView(bk.host_v(id), bk.layout.dtype, {elems}),
+      be.upload(TensorView(bk.host_v(id), dt, {elems}, bk.host.memory()),
                 st.v.view().slice(j * elems, (j + 1) * elems));
-      page_offsets_[static_cast<size_t>(j)] = j * elems;
     }
     kv.data = st.k.view().data;
     vv.data = st.v.view().data;

@@ -116,14 +116,14 @@ void HybridKv::push_host(LayerTable& l, int32_t id) const {
 
 void HybridKv::quantize_head_rows(int32_t id, int32_t g, int32_t rows) const {
   const BlockAccess& bk = shared_.blocks;
-  const int32_t b = shared_.geo.block, d = shared_.shape.head_dim, bits = bk.layout.key_bits;
-  const int64_t es = dtype_size(bk.layout.dtype), cb = bk.layout.code_row_bytes();
+  const int32_t d = shared_.shape.head_dim, bits = bk.layout.key_bits;
+  const int64_t cb = bk.layout.code_row_bytes();
   const float* kmin = bk.host_kmin(id) + int64_t{g} * d;
   const float* kmax = bk.host_kmax(id) + int64_t{g} * d;
   float stored[512];
   TANDEM_CHECK(d <= 512, "head_dim ", d);
   for (int32_t t = 0; t < rows; ++t) {
-    cpu::row_to_f32(bk.host_k(id) + (int64_t{g} * b + t) * d * es, bk.layout.dtype, stored, d);
+    bk.read_host_k_row(id, g, t, stored);
     quantize_row(stored, kmin, kmax, d, bits, bk.host_codes(id, g) + t * cb);
   }
 }
@@ -137,12 +137,11 @@ void HybridKv::write_host_row(int32_t id, float* maw_block, int32_t slot, const 
   float stored[512];
   TANDEM_CHECK(d <= 512, "head_dim ", d);
   for (int32_t g = 0; g < hkv; ++g) {
-    uint8_t* kd = bk.host_k(id) + (int64_t{g} * b + slot) * d * es;
-    cpu::row_from_f32(k_row + int64_t{g} * d, kd, t, d);
+    bk.write_host_k_row(id, g, slot, k_row + int64_t{g} * d);
     cpu::row_from_f32(v_row + int64_t{g} * d, bk.host_v(id) + (int64_t{g} * b + slot) * d * es, t,
                       d);
     maw_block[int64_t{g} * b + slot] = maw[g];
-    cpu::row_to_f32(kd, t, stored, d);  // the digest bounds the keys as stored
+    bk.read_host_k_row(id, g, slot, stored);  // the digest bounds the keys as stored
     float* kmin = bk.host_kmin(id) + int64_t{g} * d;
     float* kmax = bk.host_kmax(id) + int64_t{g} * d;
     // --value-offload: the codes of a block are relative to its digest, so a row that widens it
@@ -318,15 +317,13 @@ void HybridKv::observe_prompt(int32_t layer, const float* q, const float* lse, i
     return cpu::maw_seed(q, lse, n - m, n, sh.n_head_q, G, d, sh.scale, key, g, pos, length_,
                          rescale);
   };
-  const int64_t es = dtype_size(bk.layout.dtype);
   std::vector<float> krow(static_cast<size_t>(d));
   for (size_t j = 0; j < l.host.size(); ++j) {
     const int32_t id = l.host[j];
     const int32_t rows = std::min<int32_t>(b, l.host_tokens - static_cast<int32_t>(j) * b);
     for (int32_t g = 0; g < hkv; ++g)
       for (int32_t t = 0; t < rows; ++t) {
-        cpu::row_to_f32(bk.host_k(id) + (int64_t{g} * b + t) * d * es, bk.layout.dtype, krow.data(),
-                        d);
+        bk.read_host_k_row(id, g, t, krow.data());
         l.maw[j][int64_t{g} * b + t] =
             seed(krow.data(), g, sinks + static_cast<int32_t>(j) * b + t);
       }

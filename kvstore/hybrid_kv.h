@@ -7,6 +7,7 @@
 // attention over the blocks runs for a whole batch at a time (kvstore/hybrid_step.h).
 #pragma once
 
+#include <algorithm>
 #include <vector>
 
 #include "cpu_attn/host_attention.h"
@@ -53,11 +54,33 @@ struct LayerJob {
   }
 };
 
-// Backend memory that an exact prefill on a device backend uploads a layer's host blocks into,
-// one after the other, to attend them in one paged call; grows to the largest host part seen.
+// The staging of host blocks for the readers that take K by rows [Hkv, tokens, d], as the device
+// blocks hold it, where the host block keeps it by channel: the exact prefill's paged attention
+// over a layer's host blocks (kvstore/hybrid_attend.cpp) and --device-budget's copies into device
+// blocks (kvstore/resident.cpp). One per store, used by the thread that drives the backend; each
+// part grows to the largest use seen and is never shrunk.
 struct HostSpanStaging {
+  // Backend memory that an exact prefill on a device backend uploads a layer's host blocks into,
+  // one after the other, to attend them in one paged call.
   Buffer k, v;
   int64_t elems = 0;  // capacity of each, in KV elements
+  // Host memory (the host heap: pageable, never pinned) for host blocks' K transposed back to
+  // rows (BlockAccess::host_k_as_rows), and on a host-accessible backend the exact prefill's V
+  // beside it. Before an upload it holds one block's K: Backend::upload lets its source be reused
+  // once the call returns (a device backend has staged pageable memory by then), so the next
+  // block may overwrite it. Read in place, by a host-accessible backend's op, which has finished
+  // when the call returns, it holds every page of the call.
+  Buffer host_k, host_v;
+
+  // b holding at least `bytes` bytes (its contents are not kept when it grows); returns them.
+  static uint8_t* reserve(Buffer& b, int64_t bytes) {
+    if (b.empty() || b.view().nbytes() < bytes) {
+      const int64_t cap = std::max(bytes, b.empty() ? int64_t{0} : b.view().nbytes() * 3 / 2);
+      b = Buffer();  // free the old bytes before taking the new ones
+      b = Buffer(DType::kU8, {cap});
+    }
+    return b.as<uint8_t>();
+  }
 };
 
 // What the sequences of one store share: the configuration, the pools, the row strategy, the

@@ -32,7 +32,7 @@ void HybridKv::adopt(std::span<PrefixCache::Entry* const> chain) {
     l.host_tokens = nh * b;
     if (dev_rows == 0) continue;
     // The device rows, f32 [dev_rows, Hkv, d]: the sinks (device layout in the entry), then
-    // the window's chunks transposed from the host layout [Hkv, b, d].
+    // the window's chunks from the host layout (K by channel, V [Hkv, b, d]).
     const std::vector<uint8_t>& sb = chain[0]->sinks;
     const int64_t sink_bytes = int64_t{sinks} * row * es;
     TANDEM_CHECK(static_cast<int64_t>(sb.size()) == 2 * sink_bytes * sh.n_layer,
@@ -44,10 +44,10 @@ void HybridKv::adopt(std::span<PrefixCache::Entry* const> chain) {
       const int32_t id = chain[static_cast<size_t>(j)]->host[static_cast<size_t>(layer)];
       for (int32_t g = 0; g < hkv; ++g)
         for (int32_t t = 0; t < b; ++t) {
-          const int64_t src = (int64_t{g} * b + t) * d * es;
           const int64_t dst = (int64_t{sinks + (j - nh) * b + t} * hkv + g) * d;
-          cpu::row_to_f32(bk.host_k(id) + src, bk.layout.dtype, k.data() + dst, d);
-          cpu::row_to_f32(bk.host_v(id) + src, bk.layout.dtype, v.data() + dst, d);
+          bk.read_host_k_row(id, g, t, k.data() + dst);
+          cpu::row_to_f32(bk.host_v(id) + (int64_t{g} * b + t) * d * es, bk.layout.dtype,
+                          v.data() + dst, d);
         }
     }
     RowSource src;

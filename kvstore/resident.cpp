@@ -102,24 +102,32 @@ int64_t HybridKv::place_resident(Backend& be, int32_t layer, std::span<const int
   ResidentLayer& r = resident_[static_cast<size_t>(layer)];
   const LayerTable& l = layers_[static_cast<size_t>(layer)];
   const BlockAccess& bk = shared_.blocks;
-  // K then V of the host block ([Hkv, block, d] each, contiguous): one copy into the device
-  // block's K and V (its MAW part unused), queued after the ops before it on a device.
-  const int64_t elems = 2 * bk.layout.dev_kv_bytes() / dtype_size(bk.layout.dtype);
+  // The device block gets K then V as [Hkv, block, d] each (its MAW part unused), which the
+  // device part reads through strides: V as the host block holds it, K transposed back to rows
+  // from the host block's columns into the store's host staging first. Two copies per block,
+  // queued after the ops before them on a device; upload lets its source be reused once it
+  // returns, so one block of staging serves them all (HostSpanStaging).
+  const DType dt = bk.layout.dtype;
+  const int64_t bytes = bk.layout.dev_kv_bytes(), elems = bytes / dtype_size(dt);
+  uint8_t* k_rows = HostSpanStaging::reserve(shared_.staging.host_k, bytes);
   for (int32_t s : slots) {
     const int32_t j = r.host[static_cast<size_t>(s)];
     TANDEM_CHECK(j >= 0 && j < static_cast<int32_t>(l.host.size()), "resident slot ", s,
                  " holds no host block");
-    be.upload(TensorView(bk.host_k(l.host[static_cast<size_t>(j)]), bk.layout.dtype, {elems},
-                         bk.host.memory()),
-              TensorView(bk.device.data(r.dev[static_cast<size_t>(s)]), bk.layout.dtype, {elems},
-                         bk.device.memory()));
+    const int32_t id = l.host[static_cast<size_t>(j)];
+    uint8_t* dev = static_cast<uint8_t*>(bk.device.data(r.dev[static_cast<size_t>(s)]));
+    bk.host_k_as_rows(id, k_rows);
+    be.upload(TensorView(k_rows, dt, {elems}, shared_.staging.host_k.view().memory),
+              TensorView(dev, dt, {elems}, bk.device.memory()));
+    be.upload(TensorView(bk.host_v(id), dt, {elems}, bk.host.memory()),
+              TensorView(dev + bytes, dt, {elems}, bk.device.memory()));
   }
-  const int64_t bytes = static_cast<int64_t>(slots.size()) * 2 * bk.layout.dev_kv_bytes();
+  const int64_t copied = static_cast<int64_t>(slots.size()) * 2 * bytes;
   for (HostStats* st : {&stats_, &shared_.totals}) {
     st->recall_blocks += static_cast<int64_t>(slots.size());
-    st->recall_bytes += bytes;
+    st->recall_bytes += copied;
   }
-  return bytes;
+  return copied;
 }
 
 void HybridKv::choose_resident(Backend& be, int32_t layer, const float* q) {

@@ -6,8 +6,9 @@
 //
 // The set is chosen after the prompt's last prefill chunk by the Quest bound of the prompt's last
 // query summed over KV heads (the score topk itself ranks blocks by), and recalled, when due, from
-// a decode step's top-k bounds (kvstore/hybrid_recall.cpp). A recalled block is copied as the
-// host block stores it ([Hkv, block, d] K then V): the device part reads it through strides.
+// a decode step's top-k bounds (kvstore/hybrid_recall.cpp). A recalled block is copied as
+// [Hkv, block, d] K then V (V as the host block stores it, K transposed back from the host
+// block's columns to rows on the host): the device part reads it through strides.
 //
 // The pure choices live here (tested against brute force in tests/test_device_budget.cpp); the
 // copies are HybridKv's (kvstore/resident.cpp), the timing the runner's.

@@ -57,7 +57,8 @@ HostBlockRef HostHead::ref(int32_t j) const {
   const int64_t off =
       int64_t{g} * blocks.layout.tokens * blocks.layout.head_dim * dtype_size(blocks.layout.dtype);
   HostBlockRef r;
-  r.k = blocks.host_k(id) + off;
+  r.k = blocks.host_k_head(id, g);  // by channel: (row i, channel c) at c * tokens + i
+  r.k_ld = blocks.layout.tokens;
   r.v = blocks.host_v(id) + off;
   r.n = rows_of(j);
   return r;
@@ -171,25 +172,29 @@ size_t refs_of_positions(const HostHead& h, const int32_t* pos, size_t k,
   return first;
 }
 
-// Exact scores scale * q_g . k of every host entry, from the keys as stored: z [n, G].
+// Exact scores scale * q_g . k of every host entry, from the keys as stored: z [n, G]. K is read
+// by channel as the block keeps it (HostBlockRef::k_ld), each channel's rows one contiguous run;
+// every dot product still sums its channels in order.
 void exact_scores(const HostHead& h, const float* qg, int32_t G, float scale, float* z) {
   const int32_t b = h.blocks.layout.tokens, d = h.blocks.layout.head_dim;
   const DType t = h.blocks.layout.dtype;
   const int64_t es = dtype_size(t);
-  thread_local std::vector<float> krow;
-  krow.resize(static_cast<size_t>(d));
+  thread_local std::vector<float> col, dot;
+  col.resize(static_cast<size_t>(b));
+  dot.resize(static_cast<size_t>(b) * G);
   for (int32_t j = 0; j < h.count(); ++j) {
     const HostBlockRef r = h.ref(j);
-    for (int32_t i = 0; i < r.n; ++i) {
-      cpu::row_to_f32(static_cast<const uint8_t*>(r.k) + int64_t{i} * d * es, t, krow.data(), d);
-      const int32_t pos = j * b + i;
-      for (int32_t g = 0; g < G; ++g) {
-        const float* q = qg + int64_t{g} * d;
-        float dot = 0.0f;
-        for (int32_t c = 0; c < d; ++c) dot += q[c] * krow[static_cast<size_t>(c)];
-        z[static_cast<size_t>(pos) * G + g] = scale * dot;
-      }
+    std::fill_n(dot.begin(), static_cast<size_t>(r.n) * G, 0.0f);
+    for (int32_t c = 0; c < d; ++c) {
+      cpu::row_to_f32(static_cast<const uint8_t*>(r.k) + c * r.k_ld * es, t, col.data(), r.n);
+      for (int32_t i = 0; i < r.n; ++i)
+        for (int32_t g = 0; g < G; ++g)
+          dot[static_cast<size_t>(i) * G + g] +=
+              qg[int64_t{g} * d + c] * col[static_cast<size_t>(i)];
     }
+    for (int32_t i = 0; i < r.n; ++i)
+      for (int32_t g = 0; g < G; ++g)
+        z[static_cast<size_t>(j * b + i) * G + g] = scale * dot[static_cast<size_t>(i) * G + g];
   }
 }
 

@@ -9,7 +9,6 @@
 
 #include "kernels/common.h"
 #include "kernels/cpu/parallel.h"
-#include "kernels/cpu/simd.h"
 
 namespace tandem {
 
@@ -58,8 +57,6 @@ std::vector<double> host_mass_share(const BlockAccess& blocks, std::span<const i
                                     int32_t n_head_q, int32_t group, float scale) {
   const int32_t b = blocks.layout.tokens, d = blocks.layout.head_dim;
   const int32_t hkv = n_head_q / group;
-  const DType t = blocks.layout.dtype;
-  const int64_t es = dtype_size(t);
   m = std::clamp<int64_t>(m, 0, n);
   std::vector<double> share(static_cast<size_t>(n_head_q), 0.0);
   if (m == 0 || host_tokens == 0) return share;
@@ -68,7 +65,7 @@ std::vector<double> host_mass_share(const BlockAccess& blocks, std::span<const i
     std::vector<float> krow(static_cast<size_t>(d));
     for (int32_t pos = 0; pos < host_tokens; ++pos) {
       const int32_t id = host[static_cast<size_t>(pos / b)];
-      cpu::row_to_f32(blocks.host_k(id) + (int64_t{g} * b + pos % b) * d * es, t, krow.data(), d);
+      blocks.read_host_k_row(id, g, pos % b, krow.data());
       for (int64_t i = n - m; i < n; ++i) {
         if (first_pos + pos > q_pos0 + i) continue;  // not visible to this query
         for (int32_t h = g * group; h < (g + 1) * group; ++h) {

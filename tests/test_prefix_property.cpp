@@ -167,7 +167,7 @@ struct Harness {
     const HybridKv& h = s.hkv();
     const BlockAccess& bk = h.shared().blocks;
     const int32_t b = cfg.block, sinks = cfg.sinks;
-    float want_k[kHkv * kD], want_v[kHkv * kD];
+    float want_k[kHkv * kD], want_v[kHkv * kD], host_k[kD];
     for (int32_t layer = 0; layer < kLayers; ++layer) {
       const LayerTable& l = h.table(layer);
       for (int32_t p = 0; p < h.length(); ++p) {
@@ -182,7 +182,8 @@ struct Harness {
               v = reinterpret_cast<const float*>(bk.mirror_v(l.sink))[(p * kHkv + g) * kD + c];
             } else if (hp < l.host_tokens) {
               const int32_t id = l.host[static_cast<size_t>(hp / b)];
-              k = reinterpret_cast<const float*>(bk.host_k(id))[(g * b + hp % b) * kD + c];
+              bk.read_host_k_row(id, g, hp % b, host_k);
+              k = host_k[c];
               v = reinterpret_cast<const float*>(bk.host_v(id))[(g * b + hp % b) * kD + c];
             } else {
               const int32_t w = hp - l.host_tokens;

@@ -1,8 +1,11 @@
 // The selection policies of the hybrid store (kvstore/selection.h) against brute-force
 // references over the same host blocks: full takes every entry, topk the k blocks of largest
-// Quest bound (which bounds every q.k of its block), hgca every entry above the threshold.
+// Quest bound (which bounds every q.k of its block), hgca every entry above the threshold. First,
+// the host K layout they read (by channel) through BlockAccess and HostHead::ref.
 #include <algorithm>
+#include <array>
 #include <catch2/catch.hpp>
+#include <cstring>
 #include <limits>
 #include <random>
 
@@ -39,20 +42,122 @@ struct HostBlocksFixture {
       }
       const int32_t id = table.host.back(), slot = t % kBlock;
       for (int32_t g = 0; g < kHkv; ++g) {
-        float* k = key(id, g, slot);
+        std::array<float, kD> k;
         for (int32_t c = 0; c < kD; ++c) k[c] = nd(rng);
-        digest_add(blocks.host_kmin(id) + g * kD, blocks.host_kmax(id) + g * kD, k, kD);
+        blocks.write_host_k_row(id, g, slot, k.data());
+        digest_add(blocks.host_kmin(id) + g * kD, blocks.host_kmax(id) + g * kD, k.data(), kD);
         table.maw.back()[g * kBlock + slot] = ud(rng);
       }
       ++table.host_tokens;
     }
   }
-  float* key(int32_t id, int32_t g, int32_t slot) const {
-    return reinterpret_cast<float*>(blocks.host_k(id)) + (int64_t{g} * kBlock + slot) * kD;
+  // The stored key of a row.
+  std::array<float, kD> key(int32_t id, int32_t g, int32_t slot) const {
+    std::array<float, kD> k;
+    blocks.read_host_k_row(id, g, slot, k.data());
+    return k;
   }
+  // Where a block's refs for head g point K (its columns).
+  const void* head_k(int32_t id, int32_t g) const { return blocks.host_k_head(id, g); }
 };
 
+// Element i of a KV array of dtype t, as f32.
+float kv_elem(const void* p, DType t, int64_t i) {
+  switch (t) {
+    case DType::kF16:
+      return f16_to_f32(static_cast<const uint16_t*>(p)[i]);
+    case DType::kBF16:
+      return bf16_to_f32(static_cast<const uint16_t*>(p)[i]);
+    default:
+      return static_cast<const float*>(p)[i];
+  }
+}
+
+// x as a KV array of dtype t stores it.
+float as_stored(float x, DType t) {
+  switch (t) {
+    case DType::kF16:
+      return f16_to_f32(f32_to_f16(x));
+    case DType::kBF16:
+      return bf16_to_f32(f32_to_bf16(x));
+    default:
+      return x;
+  }
+}
+
 }  // namespace
+
+// Host K is stored by channel per head ([Hkv, d, tokens], kvstore/block_table.h); its accessors
+// convert rows both ways, give the row layout [Hkv, tokens, d] back, and the policies' refs
+// address the columns (element (i, c) at k[c * k_ld + i]).
+TEST_CASE("host K by channel: row writes and reads, the row layout, the refs", "[selection]") {
+  for (DType dt : {DType::kF32, DType::kBF16, DType::kF16}) {
+    // An odd block, and more channels than the accessors convert at a time (64).
+    constexpr int32_t b = 5, hkv = 3, d = 70;
+    const BlockLayout layout{b, hkv, d, dt};
+    BlockPool device{layout.dev_bytes(), 1, false, MemoryKind::kHost};
+    BlockPool host{layout.host_bytes(), 2, true, MemoryKind::kHost};
+    const BlockAccess blocks{device, host, layout};
+    const std::vector<int32_t> ids = {host.alloc(), host.alloc()};
+    const int32_t host_tokens = b + 3;  // the second block holds 3 rows
+    const int64_t es = dtype_size(dt), kv_bytes = layout.dev_kv_bytes();
+    CHECK(layout.host_bytes() == 2 * kv_bytes + 2 * int64_t{hkv} * d * 4);  // as before
+    for (int32_t id : ids) std::memset(blocks.host_v(id), 0xab, static_cast<size_t>(kv_bytes));
+    std::mt19937 rng(7);
+    std::normal_distribution<float> nd;
+    // want[((j * hkv + g) * b + t) * d + c]: the value stored; rows written last to first, so
+    // each scattered write must leave its neighbours alone.
+    std::vector<float> want(static_cast<size_t>(2 * hkv * b * d), 0.0f);
+    auto wanted = [&](int32_t j, int32_t g, int32_t t, int32_t c) -> float& {
+      return want[static_cast<size_t>(((j * hkv + g) * b + t) * d + c)];
+    };
+    std::vector<float> row(d);
+    for (int32_t j = 1; j >= 0; --j)
+      for (int32_t t = std::min(b, host_tokens - j * b) - 1; t >= 0; --t)
+        for (int32_t g = hkv - 1; g >= 0; --g) {
+          for (int32_t c = 0; c < d; ++c) {
+            row[static_cast<size_t>(c)] = nd(rng);
+            wanted(j, g, t, c) = as_stored(row[static_cast<size_t>(c)], dt);
+          }
+          blocks.write_host_k_row(ids[static_cast<size_t>(j)], g, t, row.data());
+        }
+    std::vector<uint8_t> rows_layout(static_cast<size_t>(kv_bytes));
+    for (int32_t j = 0; j < 2; ++j) {
+      const int32_t id = ids[static_cast<size_t>(j)], n = std::min(b, host_tokens - j * b);
+      blocks.host_k_as_rows(id, rows_layout.data());
+      for (int32_t g = 0; g < hkv; ++g)
+        for (int32_t t = 0; t < n; ++t) {
+          blocks.read_host_k_row(id, g, t, row.data());
+          for (int32_t c = 0; c < d; ++c) {
+            INFO(dtype_name(dt) << " block " << j << " head " << g << " row " << t << " ch " << c);
+            const float w = wanted(j, g, t, c);
+            REQUIRE(row[static_cast<size_t>(c)] == w);
+            REQUIRE(blocks.host_k_elem(g, t, c) == (int64_t{g} * d + c) * b + t);
+            REQUIRE(kv_elem(blocks.host_k(id), dt, blocks.host_k_elem(g, t, c)) == w);
+            REQUIRE(kv_elem(rows_layout.data(), dt, (int64_t{g} * b + t) * d + c) == w);
+          }
+        }
+      // V is left alone by the K writes.
+      const uint8_t* v = blocks.host_v(id);
+      CHECK(std::all_of(v, v + kv_bytes, [](uint8_t x) { return x == 0xab; }));
+    }
+    for (int32_t g = 0; g < hkv; ++g) {
+      const HostHead h{ids, host_tokens, blocks, g};
+      for (int32_t j = 0; j < 2; ++j) {
+        const int32_t id = ids[static_cast<size_t>(j)];
+        const HostBlockRef r = h.ref(j);
+        CHECK(r.k_ld == b);
+        CHECK(r.n == std::min(b, host_tokens - j * b));
+        CHECK(r.v == blocks.host_v(id) + int64_t{g} * b * d * es);  // V by rows, as ever
+        for (int32_t i = 0; i < r.n; ++i)
+          for (int32_t c = 0; c < d; ++c) {
+            INFO(dtype_name(dt) << " block " << j << " head " << g << " row " << i << " ch " << c);
+            REQUIRE(kv_elem(r.k, dt, c * r.k_ld + i) == wanted(j, g, i, c));
+          }
+      }
+    }
+  }
+}
 
 TEST_CASE("full selects every host entry in order", "[selection]") {
   HostBlocksFixture f(29);  // 3 full blocks and a partial one
@@ -61,7 +166,8 @@ TEST_CASE("full selects every host entry in order", "[selection]") {
     CHECK(select_full(HostHead{f.table.host, f.table.host_tokens, f.blocks, g}, refs) == 29);
     REQUIRE(refs.size() == 4);
     for (size_t j = 0; j < refs.size(); ++j) {
-      CHECK(refs[j].k == f.key(f.table.host[j], g, 0));
+      CHECK(refs[j].k == f.head_k(f.table.host[j], g));
+      CHECK(refs[j].k_ld == f.kBlock);
       CHECK(refs[j].n == (j < 3 ? 8 : 5));
       CHECK(refs[j].idx == nullptr);
     }
@@ -115,7 +221,7 @@ TEST_CASE("topk selects the blocks of largest Quest bound, which bounds every sc
         int64_t want_rows = 0;
         for (const HostBlockRef& r : refs)
           for (size_t j = 0; j < f.table.host.size(); ++j)
-            if (r.k == f.key(f.table.host[j], g, 0)) got.push_back(static_cast<int32_t>(j));
+            if (r.k == f.head_k(f.table.host[j], g)) got.push_back(static_cast<int32_t>(j));
         for (int32_t j : want) want_rows += std::min(8, 61 - j * 8);
         CHECK(got == want);
         CHECK(rows == want_rows);
@@ -139,7 +245,7 @@ TEST_CASE("hgca selects exactly the entries above the threshold", "[selection]")
         REQUIRE(r.idx != nullptr);
         CHECK(r.n_idx > 0);  // blocks with nothing selected are left out
         for (size_t j = 0; j < f.table.host.size(); ++j)
-          if (r.k == f.key(f.table.host[j], g, 0))
+          if (r.k == f.head_k(f.table.host[j], g))
             for (int32_t i = 0; i < r.n_idx; ++i)
               got.emplace_back(static_cast<int32_t>(j), r.idx[i]);
       }
@@ -165,7 +271,7 @@ TEST_CASE("tau selects the fewest entries whose attention mass reaches tau (floa
           std::vector<double> z(45);
           double top = -1e300, sum = 0;
           for (int32_t p = 0; p < 45; ++p) {
-            const float* k = f.key(f.table.host[static_cast<size_t>(p / 8)], g, p % 8);
+            const auto k = f.key(f.table.host[static_cast<size_t>(p / 8)], g, p % 8);
             double dot = 0;
             for (int32_t c = 0; c < f.kD; ++c) dot += double(q[h * f.kD + c]) * k[c];
             z[p] = scale * dot;
@@ -194,7 +300,7 @@ TEST_CASE("tau selects the fewest entries whose attention mass reaches tau (floa
         for (const HostBlockRef& r : refs) {
           REQUIRE(r.idx != nullptr);
           for (size_t j = 0; j < f.table.host.size(); ++j)
-            if (r.k == f.key(f.table.host[j], g, 0))
+            if (r.k == f.head_k(f.table.host[j], g))
               for (int32_t i = 0; i < r.n_idx; ++i)
                 got.push_back(static_cast<int32_t>(j) * 8 + r.idx[i]);
         }

@@ -5,6 +5,7 @@
 // reuse that never hits is bit-identical to no reuse, the layer-ahead oracle equals parallel with
 // reuse on; the state is the sequence's own (cleared by release, absent after prefix adoption).
 #include <algorithm>
+#include <array>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <limits>
@@ -44,17 +45,20 @@ struct HostBlocks {
         ids.push_back(id);
       }
       for (int32_t g = 0; g < kHkv; ++g) {
-        float* k = key(t, g);
+        std::array<float, kD> k;
         for (int32_t c = 0; c < kD; ++c) k[c] = nd(rng);
         const int32_t id = ids.back();
-        digest_add(blocks.host_kmin(id) + g * kD, blocks.host_kmax(id) + g * kD, k, kD);
+        blocks.write_host_k_row(id, g, t % kBlock, k.data());
+        digest_add(blocks.host_kmin(id) + g * kD, blocks.host_kmax(id) + g * kD, k.data(), kD);
       }
       ++tokens;
     }
   }
-  float* key(int32_t t, int32_t g) const {
-    return reinterpret_cast<float*>(blocks.host_k(ids[static_cast<size_t>(t / kBlock)])) +
-           (int64_t{g} * kBlock + t % kBlock) * kD;
+  // The stored key of host token t, head g.
+  std::array<float, kD> key(int32_t t, int32_t g) const {
+    std::array<float, kD> k;
+    blocks.read_host_k_row(ids[static_cast<size_t>(t / kBlock)], g, t % kBlock, k.data());
+    return k;
   }
   HostHead head(int32_t g, int32_t n_blocks = -1) const {
     const size_t nb = n_blocks < 0 ? ids.size() : static_cast<size_t>(n_blocks);
@@ -169,7 +173,7 @@ TEST_CASE("the importance proxy is the host attention mass, normalised by the la
       std::vector<double> z;
       for (int32_t t = 0; t < f.tokens; ++t) {
         if (first + t > q_pos0 + i) continue;
-        const float* k = f.key(t, h / f.kG);
+        const auto k = f.key(t, h / f.kG);
         double dot = 0;
         for (int32_t c = 0; c < d; ++c) dot += double(q[(size_t(i) * Hq + h) * d + c]) * k[c];
         z.push_back(scale * dot);

@@ -4,6 +4,7 @@
 // scores, or every entry), and the weighted-value kernel (o = softmax(s) V, lse = logsumexp(s))
 // on every ISA path the CPU supports, directly and through HostAttention's split items.
 #include <algorithm>
+#include <array>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <limits>
@@ -46,11 +47,12 @@ struct CodedBlocks {
       }
       const int32_t id = table.host.back(), slot = t % kBlock;
       for (int32_t g = 0; g < kHkv; ++g) {
-        float* k = key(id, g, slot);
+        std::array<float, kD> k;
         float* v = value(id, g, slot);
         for (int32_t c = 0; c < kD; ++c) k[c] = nd(rng), v[c] = nd(rng);
         k[3] = 0.25f;  // a constant channel: step 0, every code 0, exact
-        digest_add(blocks.host_kmin(id) + g * kD, blocks.host_kmax(id) + g * kD, k, kD);
+        blocks.write_host_k_row(id, g, slot, k.data());
+        digest_add(blocks.host_kmin(id) + g * kD, blocks.host_kmax(id) + g * kD, k.data(), kD);
       }
       ++table.host_tokens;
     }
@@ -59,12 +61,16 @@ struct CodedBlocks {
       const int32_t rows = std::min(kBlock, tokens - static_cast<int32_t>(j) * kBlock);
       for (int32_t g = 0; g < kHkv; ++g)
         for (int32_t t = 0; t < rows; ++t)
-          quantize_row(key(id, g, t), blocks.host_kmin(id) + g * kD, blocks.host_kmax(id) + g * kD,
-                       kD, bits, blocks.host_codes(id, g) + t * layout.code_row_bytes());
+          quantize_row(key(id, g, t).data(), blocks.host_kmin(id) + g * kD,
+                       blocks.host_kmax(id) + g * kD, kD, bits,
+                       blocks.host_codes(id, g) + t * layout.code_row_bytes());
     }
   }
-  float* key(int32_t id, int32_t g, int32_t slot) const {
-    return reinterpret_cast<float*>(blocks.host_k(id)) + (int64_t{g} * kBlock + slot) * kD;
+  // The stored key of a row.
+  std::array<float, kD> key(int32_t id, int32_t g, int32_t slot) const {
+    std::array<float, kD> k;
+    blocks.read_host_k_row(id, g, slot, k.data());
+    return k;
   }
   float* value(int32_t id, int32_t g, int32_t slot) const {
     return reinterpret_cast<float*>(blocks.host_v(id)) + (int64_t{g} * kBlock + slot) * kD;
@@ -144,7 +150,7 @@ TEST_CASE("approximate scores equal q . dequantised keys (float64 reference)", "
         double worst_exact = 0;
         for (int32_t p = 0; p < 29; ++p) {
           const auto k = f.deq(g, p);
-          const float* kx = f.key(f.table.host[p / 8], g, p % 8);
+          const auto kx = f.key(f.table.host[p / 8], g, p % 8);
           for (int32_t h = 0; h < f.kG; ++h) {
             double ref = 0, exact = 0, bound = 0;
             for (int32_t c = 0; c < f.kD; ++c) {

@@ -185,15 +185,16 @@ namespace {
 // block's digest, which bounds the keys (f32 KV).
 void check_block(const BlockAccess& bk, int32_t id, int32_t rows) {
   const BlockLayout& lay = bk.layout;
-  const int32_t b = lay.tokens, d = lay.head_dim;
+  const int32_t d = lay.head_dim;
   std::vector<uint8_t> want(static_cast<size_t>(lay.code_row_bytes()));
+  std::vector<float> key(static_cast<size_t>(d));
   for (int32_t g = 0; g < lay.n_head_kv; ++g) {
     const float* kmin = bk.host_kmin(id) + g * d;
     const float* kmax = bk.host_kmax(id) + g * d;
     for (int32_t t = 0; t < rows; ++t) {
-      const float* key = reinterpret_cast<const float*>(bk.host_k(id)) + (g * b + t) * d;
+      bk.read_host_k_row(id, g, t, key.data());
       for (int32_t c = 0; c < d; ++c) REQUIRE((kmin[c] <= key[c] && key[c] <= kmax[c]));
-      quantize_row(key, kmin, kmax, d, lay.key_bits, want.data());
+      quantize_row(key.data(), kmin, kmax, d, lay.key_bits, want.data());
       INFO("block " << id << " head " << g << " row " << t);
       CHECK(std::memcmp(want.data(), bk.host_codes(id, g) + t * lay.code_row_bytes(),
                         want.size()) == 0);

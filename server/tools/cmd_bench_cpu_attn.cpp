@@ -4,7 +4,8 @@
 // Prints one JSON object per line. Not a test: the result is validated against a float64
 // reference once per configuration before anything is timed.
 //
-// The KV is laid out as the host store does (per block: K and V each [n_head_kv, block, head_dim])
+// The KV is laid out as the host store does (per block: K [n_head_kv, head_dim, block], by
+// channel, and V [n_head_kv, block, head_dim])
 // and is replicated over enough "layers" that one timed round (one call per layer) reads at least
 // --footprint-mb, so the figures are memory bandwidth, not last-level-cache bandwidth. Each
 // figure also comes against its roofline: the lower of the paired read bandwidth and the measured
@@ -107,7 +108,9 @@ struct HostLayer {
           const char* blk = base + (q * s.blocks_per_seq() + j) * bb;
           const int32_t rows =
               static_cast<int32_t>(std::min<int64_t>(s.block, s.context - j * s.block));
-          r.push_back(HostBlockRef{blk + h * head_bytes, blk + half + h * head_bytes, rows});
+          HostBlockRef ref{blk + h * head_bytes, blk + half + h * head_bytes, rows};
+          ref.k_ld = s.block;  // K by columns, as the host store keeps it
+          r.push_back(ref);
         }
         refs.push_back(std::move(r));
       }
@@ -160,7 +163,7 @@ double validate(const Shape& s, const HostLayer& layer, const std::vector<float>
         for (int32_t j = 0; j < r.n; ++j) {
           double a = 0;
           for (int32_t c = 0; c < d; ++c)
-            a += double{qg[c]} * value_at(s.t, static_cast<const char*>(r.k), int64_t{j} * d + c);
+            a += double{qg[c]} * value_at(s.t, static_cast<const char*>(r.k), c * r.k_ld + j);
           sc.push_back(a * scale);
           m = std::max(m, sc.back());
         }
