@@ -207,6 +207,63 @@ TANDEM_AVX512 void value_block(const typename L::T* const* rows, int32_t nr, con
                                float* acc, int32_t d, int32_t c0, __mmask16 m,
                                const typename L::T* const* pf, int32_t pf_n) {
   constexpr int32_t kBlockBytes = 16 * CB * static_cast<int32_t>(sizeof(typename L::T));
+  // bf16 with whole 32-channel pairs of blocks: one 64-byte load per pair, widened by shift
+  // (even channels) and mask (odd ones), as the cols pass does; the pair's accumulators then
+  // hold the even and the odd channels, permuted from and back to acc's order around the rows.
+  if constexpr (std::is_same_v<L, LoadBF16> && CB % 2 == 0) {
+    if (m == kFull) {
+      const __m512i ev_idx =
+          _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+      const __m512i od_idx =
+          _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+      __m512 o[GS * CB];
+#pragma GCC unroll 4
+      for (int g = 0; g < GS; ++g)
+#pragma GCC unroll 4
+        for (int b = 0; b < CB; b += 2) {
+          const __m512 a0 = _mm512_loadu_ps(acc + g * d + c0 + 16 * b);
+          const __m512 a1 = _mm512_loadu_ps(acc + g * d + c0 + 16 * b + 16);
+          o[g * CB + b] = _mm512_permutex2var_ps(a0, ev_idx, a1);
+          o[g * CB + b + 1] = _mm512_permutex2var_ps(a0, od_idx, a1);
+        }
+      const __m512i hi_mask = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
+      for (int32_t j = 0; j < nr; ++j) {
+        if (j < pf_n) prefetch_l2(pf[j] + c0, kBlockBytes);
+        const uint16_t* vr = rows[j] + c0;
+        __m512 w[GS];
+#pragma GCC unroll 4
+        for (int g = 0; g < GS; ++g) w[g] = _mm512_set1_ps(p[g * kChunkRows + j]);
+#pragma GCC unroll 4
+        for (int b = 0; b < CB; b += 2) {
+          const __m512i x = _mm512_loadu_si512(vr + 16 * b);
+          __m512 ve = _mm512_castsi512_ps(_mm512_slli_epi32(x, 16));
+          __m512 vo = _mm512_castsi512_ps(_mm512_and_si512(x, hi_mask));
+          if constexpr (GS >= 2) {
+            TANDEM_ZMM_IN_REGISTER(ve);
+            TANDEM_ZMM_IN_REGISTER(vo);
+          }
+#pragma GCC unroll 4
+          for (int g = 0; g < GS; ++g) {
+            o[g * CB + b] = _mm512_fmadd_ps(w[g], ve, o[g * CB + b]);
+            o[g * CB + b + 1] = _mm512_fmadd_ps(w[g], vo, o[g * CB + b + 1]);
+          }
+        }
+      }
+      const __m512i lo_idx =
+          _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+      const __m512i hi_idx =
+          _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
+#pragma GCC unroll 4
+      for (int g = 0; g < GS; ++g)
+#pragma GCC unroll 4
+        for (int b = 0; b < CB; b += 2) {
+          const __m512 ev = o[g * CB + b], od = o[g * CB + b + 1];
+          _mm512_storeu_ps(acc + g * d + c0 + 16 * b, _mm512_permutex2var_ps(ev, lo_idx, od));
+          _mm512_storeu_ps(acc + g * d + c0 + 16 * b + 16, _mm512_permutex2var_ps(ev, hi_idx, od));
+        }
+      return;
+    }
+  }
   __m512 o[GS * CB];
 #pragma GCC unroll 24
   for (int g = 0; g < GS; ++g)
@@ -323,7 +380,7 @@ TANDEM_AVX512 void softmax16(float* s, int32_t G, int32_t nr, int32_t nr_pad, fl
 // kt[c * ld, + 64) as four 16-lane vectors (masked past n: no memory is read there), each times
 // q_gc broadcast into 4 GS accumulators. K is read in address order, whole lines; every score is
 // one lane's chain of d FMAs in channel order. pf rows are prefetched spread over the channels.
-template <class L, int GS>
+template <class L, int GS, bool kWhole>
 TANDEM_AVX512 void cols_heads(const typename L::T* kt, int64_t ld, int32_t n, const float* q,
                               int32_t d, float* s, int32_t s_stride, const typename L::T* const* pf,
                               int32_t pf_n, int32_t pf_row_bytes) {
@@ -364,20 +421,15 @@ TANDEM_AVX512 void cols_heads(const typename L::T* kt, int64_t ld, int32_t n, co
       if constexpr (kPairs) {
 #pragma GCC unroll 2
         for (int h = 0; h < 2; ++h) {
-          const __m512i x = m32[h] == ~__mmask32{0}
-                                ? _mm512_loadu_si512(col + 32 * h)
-                                : _mm512_maskz_loadu_epi16(m32[h], col + 32 * h);
+          const __m512i x = kWhole ? _mm512_loadu_si512(col + 32 * h)
+                                   : _mm512_maskz_loadu_epi16(m32[h], col + 32 * h);
           kv[2 * h] = _mm512_castsi512_ps(_mm512_slli_epi32(x, 16));
           kv[2 * h + 1] = _mm512_castsi512_ps(
               _mm512_and_si512(x, _mm512_set1_epi32(static_cast<int>(0xFFFF0000u))));
         }
       } else {
 #pragma GCC unroll 4
-        for (int z = 0; z < 4; ++z) kv[z] = L::load(col + 16 * z, m[z]);
-      }
-      if constexpr (GS >= 2) {
-#pragma GCC unroll 4
-        for (int z = 0; z < 4; ++z) TANDEM_ZMM_IN_REGISTER(kv[z]);
+        for (int z = 0; z < 4; ++z) kv[z] = L::load(col + 16 * z, kWhole ? kFull : m[z]);
       }
 #pragma GCC unroll 4
       for (int g = 0; g < GS; ++g) {
@@ -418,18 +470,27 @@ TANDEM_AVX512 void cols_pass(const typename L::T* kt, int64_t ld, int32_t n, con
     const float* qh = q + h0 * d;
     float* sh = s + h0 * s_stride;
     const int32_t npf = h0 == 0 ? pf_n : 0;
+    // A whole panel (every full block) without masks: the loop then has no branch but its own.
+    const bool whole = n == kColRows;
+    auto run = [&](auto heads) TANDEM_AVX512_INLINE_LAMBDA {
+      constexpr int kGs = decltype(heads)::value;
+      if (whole)
+        cols_heads<L, kGs, true>(kt, ld, n, qh, d, sh, s_stride, pf, npf, pf_row_bytes);
+      else
+        cols_heads<L, kGs, false>(kt, ld, n, qh, d, sh, s_stride, pf, npf, pf_row_bytes);
+    };
     switch (gs) {
       case 1:
-        cols_heads<L, 1>(kt, ld, n, qh, d, sh, s_stride, pf, npf, pf_row_bytes);
+        run(std::integral_constant<int, 1>{});
         break;
       case 2:
-        cols_heads<L, 2>(kt, ld, n, qh, d, sh, s_stride, pf, npf, pf_row_bytes);
+        run(std::integral_constant<int, 2>{});
         break;
       case 3:
-        cols_heads<L, 3>(kt, ld, n, qh, d, sh, s_stride, pf, npf, pf_row_bytes);
+        run(std::integral_constant<int, 3>{});
         break;
       default:
-        cols_heads<L, 4>(kt, ld, n, qh, d, sh, s_stride, pf, npf, pf_row_bytes);
+        run(std::integral_constant<int, 4>{});
         break;
     }
   }
