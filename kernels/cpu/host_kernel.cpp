@@ -144,13 +144,18 @@ void value_pass(const typename E::T* const* rows, int32_t nr, const float* p, fl
 // vectors of K values times q_gc broadcast.
 template <typename E, int GS, int NZ>
 void cols_rows(const typename E::T* kt, int64_t ld, int32_t r0, const float* q, int32_t d, float* s,
-               int32_t s_stride) {
+               int32_t s_stride, const typename E::T* const* pf, int32_t pf_n,
+               int32_t pf_row_bytes) {
+  int32_t pf_next = 0;
   // Chains of cpu::kColSpan channels added up in s (the AVX-512 pass's order, the same bits).
   for (int32_t c0 = 0; c0 < d; c0 += cpu::kColSpan) {
     __m256 acc[GS * NZ];
 #pragma GCC unroll 8
     for (int i = 0; i < GS * NZ; ++i) acc[i] = _mm256_setzero_ps();
     for (int32_t c = c0; c < std::min(d, c0 + cpu::kColSpan); ++c) {
+      // This sweep's share of the prefetch list, spread over its channels.
+      for (const int32_t e = (c + 1) * pf_n / d; pf_next < e; ++pf_next)
+        prefetch_bytes(pf[pf_next], pf_row_bytes);
       const typename E::T* col = kt + c * ld + r0;
       __m256 kv[NZ];
 #pragma GCC unroll 2
@@ -179,10 +184,24 @@ void cols_rows(const typename E::T* kt, int64_t ld, int32_t r0, const float* q, 
 // 16 rows at a time, then 8, then the last < 8 rows one dot product each (strided reads).
 template <typename E, int GS>
 void cols_heads(const typename E::T* kt, int64_t ld, int32_t n, const float* q, int32_t d, float* s,
-                int32_t s_stride) {
-  int32_t r = 0;
-  for (; r + 16 <= n; r += 16) cols_rows<E, GS, 2>(kt, ld, r, q, d, s, s_stride);
-  for (; r + 8 <= n; r += 8) cols_rows<E, GS, 1>(kt, ld, r, q, d, s, s_stride);
+                int32_t s_stride, const typename E::T* const* pf, int32_t pf_n,
+                int32_t pf_row_bytes) {
+  // Sweeps of 16 (or 8) rows; each prefetches its share of pf spread over its channels.
+  const int32_t sweeps = std::max(1, (n + 15) / 16);
+  auto share = [&](int32_t r, int32_t* first) {
+    const int32_t k = r / 16;
+    *first = k * pf_n / sweeps;
+    return (k + 1) * pf_n / sweeps - *first;
+  };
+  int32_t r = 0, f = 0;
+  for (; r + 16 <= n; r += 16) {
+    const int32_t m = share(r, &f);
+    cols_rows<E, GS, 2>(kt, ld, r, q, d, s, s_stride, pf + f, m, pf_row_bytes);
+  }
+  for (; r + 8 <= n; r += 8) {
+    const int32_t m = share(r, &f);
+    cols_rows<E, GS, 1>(kt, ld, r, q, d, s, s_stride, pf + f, m, pf_row_bytes);
+  }
   for (; r < n; ++r)
     for (int g = 0; g < GS; ++g) {
       float total = 0.0f;
@@ -200,25 +219,24 @@ template <typename E>
 void cols_pass(const typename E::T* kt, int64_t ld, int32_t n, const float* q, int32_t G, int32_t d,
                float* s, int32_t s_stride, const typename E::T* const* pf, int32_t pf_n,
                int32_t pf_row_bytes) {
-  // AVX2: the prefetches all at once (a 16-row sweep reads one line per channel, so the pass is
-  // not in address order anyway; this path is the portable one, not the fast one).
-  for (int32_t j = 0; j < pf_n; ++j) prefetch_bytes(pf[j], pf_row_bytes);
+  // AVX2: 16 rows per sweep over the channels (16 ymm registers), so K is read a line per
+  // channel per sweep, not in address order; only the first head group prefetches.
   for (int32_t h0 = 0; h0 < G; h0 += kMaxPass) {
     const int32_t gs = std::min(kMaxPass, G - h0);
     const float* qh = q + h0 * d;
     float* sh = s + h0 * s_stride;
     switch (gs) {
       case 1:
-        cols_heads<E, 1>(kt, ld, n, qh, d, sh, s_stride);
+        cols_heads<E, 1>(kt, ld, n, qh, d, sh, s_stride, pf, h0 == 0 ? pf_n : 0, pf_row_bytes);
         break;
       case 2:
-        cols_heads<E, 2>(kt, ld, n, qh, d, sh, s_stride);
+        cols_heads<E, 2>(kt, ld, n, qh, d, sh, s_stride, pf, h0 == 0 ? pf_n : 0, pf_row_bytes);
         break;
       case 3:
-        cols_heads<E, 3>(kt, ld, n, qh, d, sh, s_stride);
+        cols_heads<E, 3>(kt, ld, n, qh, d, sh, s_stride, pf, h0 == 0 ? pf_n : 0, pf_row_bytes);
         break;
       default:
-        cols_heads<E, 4>(kt, ld, n, qh, d, sh, s_stride);
+        cols_heads<E, 4>(kt, ld, n, qh, d, sh, s_stride, pf, h0 == 0 ? pf_n : 0, pf_row_bytes);
         break;
     }
   }
