@@ -49,6 +49,59 @@ inline void prefetch_bytes(const void* p, int32_t bytes) {
     _mm_prefetch(reinterpret_cast<const char*>(line), _MM_HINT_T2);
 }
 
+// The software prefetches of an AVX2 pass over a column-stored block: rows[0, n) of `bytes`
+// each, a cache line per step, in address order, paced evenly over the pass's loop by an
+// integer accumulator (tick(); no division in the loop). The state is copied into the loops so
+// that it stays in registers (through a reference GCC kept it in memory: the cols pass 18%
+// slower in L2).
+class LineStream {
+ public:
+  LineStream(const void* const* rows, int32_t n, int32_t bytes)
+      : rows_(rows), left_(n), bytes_(bytes) {}
+  // Cache lines the rows span.
+  int64_t lines() const {
+    int64_t n = 0;
+    for (int32_t i = 0; i < left_; ++i) {
+      const uintptr_t a = reinterpret_cast<uintptr_t>(rows_[i]);
+      n += static_cast<int64_t>(((a + static_cast<uintptr_t>(bytes_) + 63) >> 6) - (a >> 6));
+    }
+    return n;
+  }
+  void step() {
+    if (cur_ >= end_) {
+      if (left_ == 0) return;
+      const uintptr_t a = reinterpret_cast<uintptr_t>(*rows_++);
+      --left_;
+      cur_ = a & ~uintptr_t{63};
+      end_ = a + static_cast<uintptr_t>(bytes_);
+    }
+    _mm_prefetch(reinterpret_cast<const char*>(cur_), _MM_HINT_T2);
+    cur_ += 64;
+  }
+  // Spreads lines() over `iterations` calls of tick(): one line every iterations / lines()
+  // calls (at most one per call; what is left, rest() issues).
+  void pace(int64_t iterations) {
+    num_ = static_cast<int32_t>(std::min<int64_t>(lines(), iterations));
+    den_ = static_cast<int32_t>(std::max<int64_t>(1, iterations));
+  }
+  void tick() {
+    acc_ += num_;
+    if (acc_ >= den_) {
+      acc_ -= den_;
+      step();
+    }
+  }
+  void rest() {
+    while (cur_ < end_ || left_ > 0) step();
+  }
+
+ private:
+  const void* const* rows_;
+  int32_t left_, bytes_;
+  uintptr_t cur_ = 0, end_ = 0;
+  int32_t num_ = 0, den_ = 1, acc_ = 0;
+};
+
 // s[g * kChunkRows + j] = q_g . k_j for GS heads and rows j in [0, nr); nr a multiple of R.
 //   rows [nr] pointers to K rows of d elements; q f32 [GS, d] (pre-scaled).
 // R rows at a time, R * GS <= 8 accumulators; the 8 dot products are reduced by one hadd tree.
@@ -92,12 +145,13 @@ void score_pass(const typename E::T* const* rows, int32_t nr, const float* q, in
 // acc[g, c .. c + 8 CB) += sum_j p[g * kChunkRows + j] * v_j[c ...] for column blocks of 8 * CB
 // starting at *c while they fit in d; advances *c. GS * CB accumulators stay in registers over
 // the chunk's rows; each V load serves GS heads, each broadcast CB blocks. Each sweep also
-// prefetches the same columns of rows pf[0, pf_n), so those rows arrive spread over the pass.
-template <typename E, int GS, int CB>
+// prefetches: Pf::row(j, c0, bytes) per row j (below).
+template <typename E, int GS, int CB, class Pf>
 void value_cols(const typename E::T* const* rows, int32_t nr, const float* p, float* acc, int32_t d,
-                int32_t* c, const typename E::T* const* pf, int32_t pf_n) {
+                int32_t* c, Pf& pf_io) {
   constexpr int32_t kBlockBytes = 8 * CB * static_cast<int32_t>(sizeof(typename E::T));
   constexpr bool kPinV = GS >= 2;  // v used GS times per load
+  Pf pf = pf_io;                   // in registers over the loops
   for (; *c + 8 * CB <= d; *c += 8 * CB) {
     const int32_t c0 = *c;
     __m256 o[GS * CB];
@@ -106,7 +160,7 @@ void value_cols(const typename E::T* const* rows, int32_t nr, const float* p, fl
 #pragma GCC unroll 12
       for (int b = 0; b < CB; ++b) o[g * CB + b] = _mm256_loadu_ps(acc + g * d + c0 + 8 * b);
     for (int32_t j = 0; j < nr; ++j) {
-      if (j < pf_n) prefetch_bytes(pf[j] + c0, kBlockBytes);
+      pf.row(j, c0, kBlockBytes);
       const typename E::T* vr = rows[j] + c0;
       __m256 w[GS];
 #pragma GCC unroll 8
@@ -124,85 +178,125 @@ void value_cols(const typename E::T* const* rows, int32_t nr, const float* p, fl
 #pragma GCC unroll 12
       for (int b = 0; b < CB; ++b) _mm256_storeu_ps(acc + g * d + c0 + 8 * b, o[g * CB + b]);
   }
+  pf_io = pf;
 }
+
+// The value passes' prefetches: the same columns of rows pf[0, n) as each sweep reads ...
+template <typename T>
+struct RowColumnsPf {
+  const T* const* pf;
+  int32_t n;
+  void row(int32_t j, int32_t c0, int32_t bytes) const {
+    if (j < n) prefetch_bytes(pf[j] + c0, bytes);
+  }
+};
+
+// ... or a LineStream paced over the pass's row steps (the column-stored blocks' path).
+struct StreamPf {
+  LineStream s;
+  void row(int32_t, int32_t, int32_t) { s.tick(); }
+};
 
 // acc [GS, d] += P [GS, nr] . V [nr, d] for one pass of GS heads: the widest column blocks that
 // keep <= 12 accumulators (measured best: 1 head 8 blocks, 2 heads 6, 3-4 heads 2), then the
 // narrower ones for the remaining columns.
+template <typename E, int GS, class Pf>
+void value_pass_with(const typename E::T* const* rows, int32_t nr, const float* p, float* acc,
+                     int32_t d, Pf& pf) {
+  constexpr int CB = GS == 1 ? 8 : GS == 2 ? 6 : 2;
+  int32_t c = 0;
+  value_cols<E, GS, CB>(rows, nr, p, acc, d, &c, pf);
+  if constexpr (CB > 4) value_cols<E, GS, 4>(rows, nr, p, acc, d, &c, pf);
+  if constexpr (CB > 2) value_cols<E, GS, 2>(rows, nr, p, acc, d, &c, pf);
+  value_cols<E, GS, 1>(rows, nr, p, acc, d, &c, pf);
+}
+
+// Row steps (rows times column sweeps) of value_pass_with for gs heads.
+int32_t value_steps(int32_t gs, int32_t nr, int32_t d) {
+  const int32_t cb = gs == 1 ? 8 : gs == 2 ? 6 : 2;
+  int32_t sweeps = 0, c = 0;
+  for (int32_t w : {cb, 4, 2, 1}) {
+    if (w > cb) continue;
+    const int32_t k = (d - c) / (8 * w);
+    sweeps += k;
+    c += k * 8 * w;
+  }
+  return sweeps * nr;
+}
+
 template <typename E, int GS>
 void value_pass(const typename E::T* const* rows, int32_t nr, const float* p, float* acc, int32_t d,
                 const typename E::T* const* pf, int32_t pf_n) {
-  constexpr int CB = GS == 1 ? 8 : GS == 2 ? 6 : 2;
-  int32_t c = 0;
-  value_cols<E, GS, CB>(rows, nr, p, acc, d, &c, pf, pf_n);
-  if constexpr (CB > 4) value_cols<E, GS, 4>(rows, nr, p, acc, d, &c, pf, pf_n);
-  if constexpr (CB > 2) value_cols<E, GS, 2>(rows, nr, p, acc, d, &c, pf, pf_n);
-  value_cols<E, GS, 1>(rows, nr, p, acc, d, &c, pf, pf_n);
+  RowColumnsPf<typename E::T> rp{pf, pf_n};
+  value_pass_with<E, GS>(rows, nr, p, acc, d, rp);
 }
 
-// The cols pass (host_kernel_passes.h) for GS heads and NZ * 8 rows from row r0: per channel, NZ
-// vectors of K values times q_gc broadcast.
+// The value pass of a column-stored block's chunk on the AVX2 path: prefetches `lines` paced
+// over its row steps (only the first head pass prefetches).
+template <typename E>
+void value_pass_stream(int32_t gs, const typename E::T* const* rows, int32_t nr, const float* p,
+                       float* acc, int32_t d, StreamPf& pf) {
+  switch (gs) {
+    case 1:
+      return value_pass_with<E, 1>(rows, nr, p, acc, d, pf);
+    case 2:
+      return value_pass_with<E, 2>(rows, nr, p, acc, d, pf);
+    case 3:
+      return value_pass_with<E, 3>(rows, nr, p, acc, d, pf);
+    default:
+      return value_pass_with<E, 4>(rows, nr, p, acc, d, pf);
+  }
+}
+
+// One chain of the cols pass (host_kernel_passes.h): s[g, r0 .. r0 + 8 NZ) (+)= the sum over
+// channels [c0, c1) of q_gc times the rows' K values, for GS heads; pf ticks once per channel.
 template <typename E, int GS, int NZ>
-void cols_rows(const typename E::T* kt, int64_t ld, int32_t r0, const float* q, int32_t d, float* s,
-               int32_t s_stride, const typename E::T* const* pf, int32_t pf_n,
-               int32_t pf_row_bytes) {
-  int32_t pf_next = 0;
-  // Chains of cpu::kColSpan channels added up in s (the AVX-512 pass's order, the same bits).
-  for (int32_t c0 = 0; c0 < d; c0 += cpu::kColSpan) {
-    __m256 acc[GS * NZ];
+inline void cols_chain(const typename E::T* kt, int64_t ld, int32_t r0, const float* q, int32_t d,
+                       int32_t c0, int32_t c1, float* s, int32_t s_stride, LineStream& pf_io) {
+  LineStream pf = pf_io;  // in registers over the loop
+  __m256 acc[GS * NZ];
 #pragma GCC unroll 8
-    for (int i = 0; i < GS * NZ; ++i) acc[i] = _mm256_setzero_ps();
-    for (int32_t c = c0; c < std::min(d, c0 + cpu::kColSpan); ++c) {
-      // This sweep's share of the prefetch list, spread over its channels.
-      for (const int32_t e = (c + 1) * pf_n / d; pf_next < e; ++pf_next)
-        prefetch_bytes(pf[pf_next], pf_row_bytes);
-      const typename E::T* col = kt + c * ld + r0;
-      __m256 kv[NZ];
-#pragma GCC unroll 2
-      for (int z = 0; z < NZ; ++z) {
-        kv[z] = E::load8(col + 8 * z);
-        if constexpr (GS >= 2) TANDEM_IN_REGISTER(kv[z]);
-      }
-#pragma GCC unroll 4
-      for (int g = 0; g < GS; ++g) {
-        const __m256 qb = _mm256_broadcast_ss(q + g * d + c);
-#pragma GCC unroll 2
-        for (int z = 0; z < NZ; ++z) acc[g * NZ + z] = _mm256_fmadd_ps(qb, kv[z], acc[g * NZ + z]);
-      }
+  for (int i = 0; i < GS * NZ; ++i) acc[i] = _mm256_setzero_ps();
+  const typename E::T* col = kt + c0 * ld + r0;
+  for (int32_t c = c0; c < c1; ++c, col += ld) {
+    pf.tick();
+    __m256 kv0 = E::load8(col), kv1;
+    if constexpr (GS >= 2) TANDEM_IN_REGISTER(kv0);
+    if constexpr (NZ == 2) {
+      kv1 = E::load8(col + 8);
+      if constexpr (GS >= 2) TANDEM_IN_REGISTER(kv1);
     }
 #pragma GCC unroll 4
-    for (int g = 0; g < GS; ++g)
-#pragma GCC unroll 2
-      for (int z = 0; z < NZ; ++z) {
-        float* sp = s + g * s_stride + r0 + 8 * z;
-        _mm256_storeu_ps(
-            sp, c0 == 0 ? acc[g * NZ + z] : _mm256_add_ps(_mm256_loadu_ps(sp), acc[g * NZ + z]));
-      }
+    for (int g = 0; g < GS; ++g) {
+      const __m256 qb = _mm256_broadcast_ss(q + g * d + c);
+      acc[g * NZ] = _mm256_fmadd_ps(qb, kv0, acc[g * NZ]);
+      if constexpr (NZ == 2) acc[g * NZ + 1] = _mm256_fmadd_ps(qb, kv1, acc[g * NZ + 1]);
+    }
   }
+#pragma GCC unroll 4
+  for (int g = 0; g < GS; ++g)
+#pragma GCC unroll 2
+    for (int z = 0; z < NZ; ++z) {
+      float* sp = s + g * s_stride + r0 + 8 * z;
+      _mm256_storeu_ps(
+          sp, c0 == 0 ? acc[g * NZ + z] : _mm256_add_ps(_mm256_loadu_ps(sp), acc[g * NZ + z]));
+    }
+  pf_io = pf;
 }
 
-// 16 rows at a time, then 8, then the last < 8 rows one dot product each (strided reads).
+// Per chain of kColSpan channels, the rows 16 at a time, then 8: the sweeps of one chain read
+// the chain's whole stretch of K ([kColSpan, ld] elements, contiguous) before the next chain.
+// The last < 8 rows take one dot product each (strided reads).
 template <typename E, int GS>
 void cols_heads(const typename E::T* kt, int64_t ld, int32_t n, const float* q, int32_t d, float* s,
-                int32_t s_stride, const typename E::T* const* pf, int32_t pf_n,
-                int32_t pf_row_bytes) {
-  // Sweeps of 16 (or 8) rows; each prefetches its share of pf spread over its channels.
-  const int32_t sweeps = std::max(1, (n + 15) / 16);
-  auto share = [&](int32_t r, int32_t* first) {
-    const int32_t k = r / 16;
-    *first = k * pf_n / sweeps;
-    return (k + 1) * pf_n / sweeps - *first;
-  };
-  int32_t r = 0, f = 0;
-  for (; r + 16 <= n; r += 16) {
-    const int32_t m = share(r, &f);
-    cols_rows<E, GS, 2>(kt, ld, r, q, d, s, s_stride, pf + f, m, pf_row_bytes);
+                int32_t s_stride, LineStream& pf) {
+  for (int32_t c0 = 0; c0 < d; c0 += cpu::kColSpan) {
+    const int32_t c1 = std::min(d, c0 + cpu::kColSpan);
+    int32_t r = 0;
+    for (; r + 16 <= n; r += 16) cols_chain<E, GS, 2>(kt, ld, r, q, d, c0, c1, s, s_stride, pf);
+    for (; r + 8 <= n; r += 8) cols_chain<E, GS, 1>(kt, ld, r, q, d, c0, c1, s, s_stride, pf);
   }
-  for (; r + 8 <= n; r += 8) {
-    const int32_t m = share(r, &f);
-    cols_rows<E, GS, 1>(kt, ld, r, q, d, s, s_stride, pf + f, m, pf_row_bytes);
-  }
-  for (; r < n; ++r)
+  for (int32_t r = n & ~7; r < n; ++r)
     for (int g = 0; g < GS; ++g) {
       float total = 0.0f;
       for (int32_t c0 = 0; c0 < d; c0 += cpu::kColSpan) {
@@ -219,27 +313,32 @@ template <typename E>
 void cols_pass(const typename E::T* kt, int64_t ld, int32_t n, const float* q, int32_t G, int32_t d,
                float* s, int32_t s_stride, const typename E::T* const* pf, int32_t pf_n,
                int32_t pf_row_bytes) {
-  // AVX2: 16 rows per sweep over the channels (16 ymm registers), so K is read a line per
-  // channel per sweep, not in address order; only the first head group prefetches.
+  // AVX2: 16 rows per sweep (16 ymm registers), heads 4 at a time; the first head group's
+  // channel steps (d per chain of 16 or 8 rows) issue the prefetches.
+  LineStream lines(reinterpret_cast<const void* const*>(pf), pf_n, pf_row_bytes);
+  lines.pace(int64_t{d} * (n / 16 + (n % 16) / 8));
+  LineStream none(nullptr, 0, 0);
   for (int32_t h0 = 0; h0 < G; h0 += kMaxPass) {
     const int32_t gs = std::min(kMaxPass, G - h0);
     const float* qh = q + h0 * d;
     float* sh = s + h0 * s_stride;
+    LineStream& ls = h0 == 0 ? lines : none;
     switch (gs) {
       case 1:
-        cols_heads<E, 1>(kt, ld, n, qh, d, sh, s_stride, pf, h0 == 0 ? pf_n : 0, pf_row_bytes);
+        cols_heads<E, 1>(kt, ld, n, qh, d, sh, s_stride, ls);
         break;
       case 2:
-        cols_heads<E, 2>(kt, ld, n, qh, d, sh, s_stride, pf, h0 == 0 ? pf_n : 0, pf_row_bytes);
+        cols_heads<E, 2>(kt, ld, n, qh, d, sh, s_stride, ls);
         break;
       case 3:
-        cols_heads<E, 3>(kt, ld, n, qh, d, sh, s_stride, pf, h0 == 0 ? pf_n : 0, pf_row_bytes);
+        cols_heads<E, 3>(kt, ld, n, qh, d, sh, s_stride, ls);
         break;
       default:
-        cols_heads<E, 4>(kt, ld, n, qh, d, sh, s_stride, pf, h0 == 0 ? pf_n : 0, pf_row_bytes);
+        cols_heads<E, 4>(kt, ld, n, qh, d, sh, s_stride, ls);
         break;
     }
   }
+  lines.rest();
 }
 
 // The online softmax of one chunk (kernels/cpu/host_kernel_passes.h, HostSoftmax), 8 lanes.
@@ -501,8 +600,17 @@ class GroupAttention {
       const int32_t f1 = static_cast<int32_t>(int64_t{i0 + m} * n_pf / sel);
       for (size_t i = 0; i < passes_.size(); ++i) {
         const Pass& ps = passes_[i];
-        ps.fns.value(vp, m, s + ps.h0 * kChunkRows, w_.acc.data() + ps.h0 * d_, d_, pf + f0,
-                     i == 0 ? std::min(f1 - f0, m) : 0);
+        if (avx2_) {
+          StreamPf sp{LineStream(reinterpret_cast<const void* const*>(pf + f0),
+                                 i == 0 ? f1 - f0 : 0, row_bytes)};
+          sp.s.pace(value_steps(ps.gs, m, d_));
+          value_pass_stream<E>(ps.gs, vp, m, s + ps.h0 * kChunkRows, w_.acc.data() + ps.h0 * d_, d_,
+                               sp);
+          sp.s.rest();
+        } else {
+          ps.fns.value(vp, m, s + ps.h0 * kChunkRows, w_.acc.data() + ps.h0 * d_, d_, pf + f0,
+                       i == 0 ? std::min(f1 - f0, m) : 0);
+        }
       }
     }
   }
@@ -554,6 +662,7 @@ class GroupAttention {
   cpu::HostSoftmax softmax_ =
       cpu::active_isa() >= cpu::Isa::kAvx512 ? cpu::host_softmax_avx512 : &softmax_chunk_avx2;
   cpu::HostColScore<T> cols_ = cols_fn<E>();
+  bool avx2_ = cpu::active_isa() < cpu::Isa::kAvx512;  // the AVX2 passes
   bool scored_;  // scores given with the blocks: no score pass, K not read
   Scratch& w_;
   std::vector<Pass> passes_;
