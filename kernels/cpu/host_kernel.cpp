@@ -197,13 +197,16 @@ struct StreamPf {
   void row(int32_t, int32_t, int32_t) { s.tick(); }
 };
 
+// Column blocks per sweep of the value pass for gs heads (value_pass_with below).
+constexpr int value_cb(int gs) { return gs == 1 ? 8 : gs == 2 ? 6 : 2; }
+
 // acc [GS, d] += P [GS, nr] . V [nr, d] for one pass of GS heads: the widest column blocks that
 // keep <= 12 accumulators (measured best: 1 head 8 blocks, 2 heads 6, 3-4 heads 2), then the
 // narrower ones for the remaining columns.
 template <typename E, int GS, class Pf>
 void value_pass_with(const typename E::T* const* rows, int32_t nr, const float* p, float* acc,
                      int32_t d, Pf& pf) {
-  constexpr int CB = GS == 1 ? 8 : GS == 2 ? 6 : 2;
+  constexpr int CB = value_cb(GS);
   int32_t c = 0;
   value_cols<E, GS, CB>(rows, nr, p, acc, d, &c, pf);
   if constexpr (CB > 4) value_cols<E, GS, 4>(rows, nr, p, acc, d, &c, pf);
@@ -213,7 +216,7 @@ void value_pass_with(const typename E::T* const* rows, int32_t nr, const float* 
 
 // Row steps (rows times column sweeps) of value_pass_with for gs heads.
 int32_t value_steps(int32_t gs, int32_t nr, int32_t d) {
-  const int32_t cb = gs == 1 ? 8 : gs == 2 ? 6 : 2;
+  const int32_t cb = value_cb(gs);
   int32_t sweeps = 0, c = 0;
   for (int32_t w : {cb, 4, 2, 1}) {
     if (w > cb) continue;
@@ -231,8 +234,9 @@ void value_pass(const typename E::T* const* rows, int32_t nr, const float* p, fl
   value_pass_with<E, GS>(rows, nr, p, acc, d, rp);
 }
 
-// The value pass of a column-stored block's chunk on the AVX2 path: prefetches `lines` paced
-// over its row steps (only the first head pass prefetches).
+// The value pass of a column-stored block's chunk on the AVX2 path, its prefetches a LineStream
+// paced over its row steps. (The AVX-512 passes keep the row-list prefetch of HostPasses: tuned
+// on a Zen 4, they were not re-measured with the stream.)
 template <typename E>
 void value_pass_stream(int32_t gs, const typename E::T* const* rows, int32_t nr, const float* p,
                        float* acc, int32_t d, StreamPf& pf) {
@@ -615,20 +619,21 @@ class GroupAttention {
       softmax_(s, G_, m, (m + 15) & ~15, w_.m.data(), w_.l.data(), w_.acc.data(), d_);
       const int32_t f0 = static_cast<int32_t>(int64_t{i0} * n_pf / sel);
       const int32_t f1 = static_cast<int32_t>(int64_t{i0 + m} * n_pf / sel);
+      // Only the first head pass prefetches.
+      StreamPf first{LineStream(reinterpret_cast<const void* const*>(pf + f0), f1 - f0, row_bytes)};
+      StreamPf none{LineStream(nullptr, 0, 0)};
+      if (avx2_) first.s.pace(value_steps(passes_[0].gs, m, d_));
       for (size_t i = 0; i < passes_.size(); ++i) {
         const Pass& ps = passes_[i];
         if (avx2_) {
-          StreamPf sp{LineStream(reinterpret_cast<const void* const*>(pf + f0),
-                                 i == 0 ? f1 - f0 : 0, row_bytes)};
-          sp.s.pace(value_steps(ps.gs, m, d_));
           value_pass_stream<E>(ps.gs, vp, m, s + ps.h0 * kChunkRows, w_.acc.data() + ps.h0 * d_, d_,
-                               sp);
-          sp.s.rest();
+                               i == 0 ? first : none);
         } else {
           ps.fns.value(vp, m, s + ps.h0 * kChunkRows, w_.acc.data() + ps.h0 * d_, d_, pf + f0,
                        i == 0 ? std::min(f1 - f0, m) : 0);
         }
       }
+      if (avx2_) first.s.rest();
     }
   }
 
