@@ -38,12 +38,14 @@ if grep -q '(Skipped)' "$log"; then
   ctest --test-dir "$build" -L 'gpu|shared' -V 2>&1 | sed -n 's/^[0-9]*: \(.*skipped.*\)$/  \1/p'
 fi
 # The CUDA backend on the SIMT emulator (kernels/cuda/emu/): the same .cu sources compiled by g++
-# and run on the CPU, so the GPU tests run on every commit. Only what they need is built.
+# and run on the CPU, so the GPU tests run on every commit. Only what they need is built, at -O0
+# but for the emulator, the CUDA sources and the CPU kernels (TANDEM_QUICK_COMPILE in
+# CMakeLists.txt): this build only runs these tests.
 emu_start=$SECONDS
 emu="${TANDEM_EMU_BUILD_DIR:-$root/build-emu}"
 emu_tests=$(cd tests && ls test_cuda_*.cpp | sed 's/\.cpp$//' | tr '\n' ' ')
 TANDEM_BUILD_DIR="$emu" TANDEM_BUILD_TARGET="tandem test_emulator $emu_tests" \
-  scripts/build.sh -DTANDEM_CUDA=EMULATE "$@"
+  scripts/build.sh -DTANDEM_CUDA=EMULATE -DTANDEM_QUICK_COMPILE=ON "$@"
 ctest --test-dir "$emu" -L emulated --output-on-failure -j "$(nproc)"
 echo "emulated CUDA suite: $((SECONDS - emu_start)) s (build and tests)"
 # The sanitizer stage (scripts/sanitize.sh): address + undefined behaviour on the unit and server
