@@ -55,7 +55,11 @@ fi
 if [[ "$target" == all ]]; then names=$(targets); else names="$target"; fi
 bins=()
 for t in $names; do bins+=("fuzz_$t"); done
-cmake --build "$build" -j "$(nproc)" --target "${bins[@]}"
+# TANDEM_FUZZ_NO_BUILD=1: the caller has built the targets (scripts/sanitize.sh, which runs
+# several fuzzers at once: concurrent builds of one directory would race).
+if [[ "${TANDEM_FUZZ_NO_BUILD:-0}" != 1 ]]; then
+  cmake --build "$build" -j "$(nproc)" --target "${bins[@]}"
+fi
 
 run_one() {
   local t="$1"

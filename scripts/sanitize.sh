@@ -65,10 +65,32 @@ if want asan || want fuzz; then
     ctest --test-dir "$asan" -R "$(regex "$tests")" --output-on-failure -j "$(nproc)"
   fi
   if want fuzz; then
-    for t in $(scripts/fuzz.sh --list); do
-      TANDEM_BUILD_DIR="$asan" TANDEM_FUZZ_WORK="$(mktemp -d)" \
-        scripts/fuzz.sh "$t" "${TANDEM_FUZZ_SECONDS:-15}" >/tmp/tandem-fuzz-$t.log 2>&1 ||
-        { cat /tmp/tandem-fuzz-$t.log >&2; echo "fuzz target $t failed" >&2; exit 1; }
+    # One fuzzer per core at a time (a libFuzzer run uses one), each for its full time; the
+    # results are printed in target order once all have run.
+    fuzz_one() {
+      local rc=0
+      TANDEM_BUILD_DIR="$asan" TANDEM_FUZZ_WORK="$(mktemp -d)" TANDEM_FUZZ_NO_BUILD=1 \
+        scripts/fuzz.sh "$1" "${TANDEM_FUZZ_SECONDS:-15}" >/tmp/tandem-fuzz-$1.log 2>&1 || rc=$?
+      echo "$rc" >/tmp/tandem-fuzz-$1.rc
+    }
+    fuzz_targets=$(scripts/fuzz.sh --list)
+    for t in $fuzz_targets; do rm -f /tmp/tandem-fuzz-$t.rc; done
+    running=0
+    for t in $fuzz_targets; do
+      if ((running >= $(nproc))); then
+        wait -n || true
+        running=$((running - 1))
+      fi
+      fuzz_one "$t" &
+      running=$((running + 1))
+    done
+    wait
+    for t in $fuzz_targets; do
+      if [[ "$(cat /tmp/tandem-fuzz-$t.rc 2>/dev/null)" != 0 ]]; then
+        cat /tmp/tandem-fuzz-$t.log >&2
+        echo "fuzz target $t failed" >&2
+        exit 1
+      fi
       echo "fuzz $t: $(grep -Eo '#[0-9]+[[:space:]]+DONE.*' /tmp/tandem-fuzz-$t.log | tail -1)"
     done
   fi
