@@ -74,13 +74,14 @@ if want asan || want fuzz; then
       echo "$rc" >/tmp/tandem-fuzz-$1.rc
     }
     fuzz_targets=$(scripts/fuzz.sh --list)
-    for t in $fuzz_targets; do rm -f /tmp/tandem-fuzz-$t.rc; done
+    cores=$(nproc)
     running=0
     for t in $fuzz_targets; do
-      if ((running >= $(nproc))); then
+      if ((running >= cores)); then
         wait -n || true
         running=$((running - 1))
       fi
+      rm -f /tmp/tandem-fuzz-$t.rc  # a run that dies before writing its own must not pass
       fuzz_one "$t" &
       running=$((running + 1))
     done
