@@ -30,9 +30,6 @@ inline const Tokenizer& demo_tokenizer() {
   return tok;
 }
 
-inline std::vector<int32_t> reference(Model& model, const std::vector<int32_t>& prompt,
-                                      int32_t max_tokens);
-
 struct Setup {
   explicit Setup(const char* model_dir = "models/tandem-demo")
       : dir(model_dir),
@@ -41,18 +38,6 @@ struct Setup {
   std::string dir;
   std::unique_ptr<Backend> backend;
   std::unique_ptr<Model> model;
-
-  // reference(*model, prompt, max_tokens), kept for the rest of the test program: a greedy solo
-  // run goes step by step, so its first n tokens are the run of n tokens. The longest run of each
-  // (checkpoint, prompt) is kept and cut, so a test case that Catch2 reruns for each of its
-  // sections, or a later one that wants fewer tokens, does not generate them again.
-  std::vector<int32_t> cached_reference(const std::vector<int32_t>& prompt, int32_t max_tokens) {
-    static std::map<std::pair<std::string, std::vector<int32_t>>, std::vector<int32_t>> runs;
-    std::vector<int32_t>& run = runs[{dir, prompt}];
-    if (static_cast<int32_t>(run.size()) < max_tokens) run = reference(*model, prompt, max_tokens);
-    REQUIRE(static_cast<int32_t>(run.size()) >= max_tokens);
-    return {run.begin(), run.begin() + max_tokens};
-  }
 };
 
 // Hybrid split with an exact host part: sparse=full, host partial computed in parallel.
@@ -126,6 +111,19 @@ inline std::vector<int32_t> reference(Model& model, const std::vector<int32_t>& 
     return true;
   });
   return out;
+}
+
+// reference(*s.model, prompt, max_tokens), kept for the rest of the test program: a greedy solo
+// run goes step by step, so its first n tokens are the run of n tokens. The longest run of each
+// (checkpoint, prompt) is kept and cut, so a test case that Catch2 reruns for each of its
+// sections, or a later one that wants fewer tokens, does not generate them again.
+inline std::vector<int32_t> cached_reference(Setup& s, const std::vector<int32_t>& prompt,
+                                             int32_t max_tokens) {
+  static std::map<std::pair<std::string, std::vector<int32_t>>, std::vector<int32_t>> runs;
+  std::vector<int32_t>& run = runs[{s.dir, prompt}];
+  if (static_cast<int32_t>(run.size()) < max_tokens) run = reference(*s.model, prompt, max_tokens);
+  REQUIRE(static_cast<int32_t>(run.size()) >= max_tokens);
+  return {run.begin(), run.begin() + max_tokens};
 }
 
 inline std::vector<std::vector<int32_t>> story_prompts() {

@@ -12,7 +12,7 @@ TEST_CASE("concurrent greedy requests equal each one run alone, in far fewer ste
   const auto prompts = story_prompts();
   const int32_t max_tokens = 40;
   std::vector<std::vector<int32_t>> want;
-  for (const auto& p : prompts) want.push_back(s.cached_reference(p, max_tokens));
+  for (const auto& p : prompts) want.push_back(cached_reference(s, p, max_tokens));
 
   for (const bool dense : {false, true}) {
     DYNAMIC_SECTION((dense ? "dense" : "hybrid") << " store") {
@@ -65,7 +65,7 @@ TEST_CASE("a tiny device pool forces preemption; outputs stay those of solo runs
   // The model is not shared between threads: the references are computed first.
   const int64_t layers = s.model->config().n_layer;
   std::vector<std::vector<int32_t>> want;
-  for (size_t i = 0; i < 6; ++i) want.push_back(s.cached_reference(prompts[i], max_tokens));
+  for (size_t i = 0; i < 6; ++i) want.push_back(cached_reference(s, prompts[i], max_tokens));
   KvStore store(s.model->backend(), s.model->kv_shape(), hybrid_config(12 * layers), 8, 512);
   EngineOptions opt;
   opt.max_batch = 8;
@@ -210,7 +210,7 @@ TEST_CASE("llama-tiny: batched, chunked and preempted runs equal solo runs", "[e
   }
   const int32_t max_tokens = 30;
   std::vector<std::vector<int32_t>> want;
-  for (const auto& p : prompts) want.push_back(s.cached_reference(p, max_tokens));
+  for (const auto& p : prompts) want.push_back(cached_reference(s, p, max_tokens));
   struct Case {
     const char* name;
     KvConfig kv;
