@@ -19,6 +19,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <limits>
@@ -39,6 +40,12 @@ std::shared_ptr<spdlog::logger> logger() {
 
 constexpr int64_t kTasksPerThread = 4;        // aim for this many tasks per worker
 constexpr int64_t kMinPartBytes = 256 << 10;  // never split into parts reading less K+V than this
+constexpr int kMaxGang = 16;  // items run together (HostAttention::Batch::Gang), at most
+
+int gang_limit() {
+  const char* e = std::getenv("TANDEM_HOST_GANG");
+  return e != nullptr ? std::clamp(std::atoi(e), 1, kMaxGang) : kMaxGang;
+}
 
 }  // namespace
 
@@ -57,7 +64,14 @@ struct HostAttention::Batch {
   std::vector<HostAttnItem> items;
   std::vector<Split> splits;               // per item
   std::vector<HostBlockRef> parts_blocks;  // blocks of the parts of split items
-  std::vector<Task> tasks;
+  std::vector<Task> tasks;  // one per item part, in item order (parts of an item consecutive)
+  // What runners pull: runs of tasks taken together (host_attend_groups), largest first.
+  struct Gang {
+    int32_t u0, n;  // gang_units[u0, u0 + n)
+    int64_t rows;
+  };
+  std::vector<Gang> gangs;
+  std::vector<int32_t> gang_units;                     // task indices
   std::vector<float> part_o;                           // [sum over split items of n_parts * G, d]
   std::vector<float> part_lse;                         // [sum over split items of n_parts * G]
   std::unique_ptr<std::atomic<int32_t>[]> parts_left;  // per item
@@ -133,6 +147,7 @@ HostAttention::HostAttention(int threads, int32_t head_dim, float scale, DType k
       head_dim_(head_dim),
       scale_(scale),
       kv_dtype_(kv_dtype),
+      gang_max_(gang_limit()),
       // oneTBB runs at most (cores - 1) workers per process, so with threads >= 2 one slot is kept
       // for the thread that calls wait(), which joins and helps; with 1 thread the one slot is a
       // worker's, so the work runs while the caller does something else.
@@ -253,10 +268,35 @@ void HostAttention::split_batch(Batch& b) const {
                          static_cast<int32_t>(b.parts_blocks.size()), r1 - r0});
     }
   }
+  // Gangs: part p of consecutive items of the same sequence with the same number of parts and
+  // the same G (the KV heads of one sequence, whose blocks lie side by side in the host store),
+  // run together so that K and V are read in address order (host_attend_groups). Which items
+  // share a gang changes only the order of the reads, never an item's bits.
+  std::vector<int32_t> first_task(items.size() + 1, 0);
+  for (size_t i = 0; i < items.size(); ++i) first_task[i + 1] = first_task[i] + b.splits[i].n_parts;
+  // A gang's size leaves kTasksPerThread gangs per worker where there are that many parts.
+  const int64_t gang = std::clamp<int64_t>(first_task.back() / target_tasks, 1, gang_max_);
+  for (size_t i = 0; i < items.size();) {
+    size_t e = i + 1;
+    while (e < items.size() && static_cast<int64_t>(e - i) < gang &&
+           b.splits[e].n_parts == b.splits[i].n_parts && items[e].G == items[i].G &&
+           items[e].seq == items[i].seq)
+      ++e;
+    for (int32_t p = 0; p < b.splits[i].n_parts; ++p) {
+      Batch::Gang g{static_cast<int32_t>(b.gang_units.size()), static_cast<int32_t>(e - i), 0};
+      for (size_t k = i; k < e; ++k) {
+        const int32_t u = first_task[k] + p;
+        b.gang_units.push_back(u);
+        g.rows += b.tasks[static_cast<size_t>(u)].rows;
+      }
+      b.gangs.push_back(g);
+    }
+    i = e;
+  }
   // Largest first, so the tail of the batch is made of small tasks (stable: reproducible order).
-  std::stable_sort(b.tasks.begin(), b.tasks.end(),
-                   [](const Batch::Task& x, const Batch::Task& y) { return x.rows > y.rows; });
-  b.tasks_left.store(b.tasks.size(), std::memory_order_relaxed);
+  std::stable_sort(b.gangs.begin(), b.gangs.end(),
+                   [](const Batch::Gang& x, const Batch::Gang& y) { return x.rows > y.rows; });
+  b.tasks_left.store(b.gangs.size(), std::memory_order_relaxed);
   b.part_lse.resize(static_cast<size_t>(scratch));
   b.part_o.resize(static_cast<size_t>(scratch * head_dim_));
 }
@@ -331,13 +371,14 @@ void HostAttention::run_batch(Batch& b) {
     } catch (...) {
       b.fail(std::current_exception());
       b.tasks.clear();
+      b.gangs.clear();
     }
     busy_ns_.fetch_add(
         std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0)
             .count(),
         std::memory_order_relaxed);
   }
-  const size_t n = b.tasks.size();
+  const size_t n = b.gangs.size();
   if (n == 0) return finish_batch(b);
   // Runners pull tasks from a shared counter; one per worker that can help, this one included.
   // They join the batch's task_group, so wait() returns once the last one has finished.
@@ -351,10 +392,10 @@ void HostAttention::run_batch(Batch& b) {
 
 void HostAttention::run_tasks(Batch& b) {
   b.published.load(std::memory_order_acquire);
-  const size_t n = b.tasks.size();
+  const size_t n = b.gangs.size();
   for (size_t t = b.next_task.fetch_add(1, std::memory_order_relaxed); t < n;
        t = b.next_task.fetch_add(1, std::memory_order_relaxed))
-    run_task(b, t);
+    run_gang(b, t);
 }
 
 void HostAttention::finish_batch(Batch& b) {
@@ -375,44 +416,60 @@ void HostAttention::finish_batch(Batch& b) {
   b.done = true;
 }
 
-void HostAttention::run_task(Batch& b, size_t t) {
+void HostAttention::run_gang(Batch& b, size_t t) {
   b.published.load(std::memory_order_acquire);
   const auto t0 = std::chrono::steady_clock::now();
-  const Batch::Task& task = b.tasks[t];
-  const HostAttnItem& it = b.items[static_cast<size_t>(task.item)];
-  const Batch::Split& sp = b.splits[static_cast<size_t>(task.item)];
-  try {
+  const Batch::Gang& gang = b.gangs[t];
+  HostGroupCall calls[kMaxGang];
+  for (int32_t k = 0; k < gang.n; ++k) {
+    const Batch::Task& task = b.tasks[static_cast<size_t>(b.gang_units[gang.u0 + k])];
+    const HostAttnItem& it = b.items[static_cast<size_t>(task.item)];
+    const Batch::Split& sp = b.splits[static_cast<size_t>(task.item)];
+    HostGroupCall& c = calls[k];
+    c.q = it.q;
+    c.G = it.G;
     if (sp.n_parts == 1) {
-      host_attend_group(it.q, it.G, head_dim_, scale_, kv_dtype_, it.blocks, it.o, it.lse);
+      c.blocks = it.blocks;
+      c.o = it.o;
+      c.lse = it.lse;
     } else {
       const int64_t row = sp.scratch + int64_t{task.part} * it.G;
-      const std::span<const HostBlockRef> blocks(b.parts_blocks.data() + task.b0,
-                                                 static_cast<size_t>(task.b1 - task.b0));
-      host_attend_group(it.q, it.G, head_dim_, scale_, kv_dtype_, blocks,
-                        b.part_o.data() + row * head_dim_, b.part_lse.data() + row);
+      c.blocks = std::span<const HostBlockRef>(b.parts_blocks.data() + task.b0,
+                                               static_cast<size_t>(task.b1 - task.b0));
+      c.o = b.part_o.data() + row * head_dim_;
+      c.lse = b.part_lse.data() + row;
     }
+  }
+  try {
+    host_attend_groups(head_dim_, scale_, kv_dtype_,
+                       std::span<const HostGroupCall>(calls, static_cast<size_t>(gang.n)));
   } catch (...) {
     b.fail(std::current_exception());
   }
-  // The last part of a split item merges the parts in order 0, 1, ... into the item's output.
-  if (sp.n_parts > 1 &&
-      b.parts_left[static_cast<size_t>(task.item)].fetch_sub(1, std::memory_order_acq_rel) == 1) {
-    const size_t gd = static_cast<size_t>(it.G) * static_cast<size_t>(head_dim_);
-    const float* po = b.part_o.data() + sp.scratch * head_dim_;
-    const float* pl = b.part_lse.data() + sp.scratch;
-    std::memcpy(it.o, po, gd * sizeof(float));
-    std::memcpy(it.lse, pl, static_cast<size_t>(it.G) * sizeof(float));
-    for (int32_t p = 1; p < sp.n_parts; ++p)
-      for (int32_t g = 0; g < it.G; ++g) {
-        const int64_t r = int64_t{p} * it.G + g;
-        merge_partial_row(it.o + int64_t{g} * head_dim_, it.lse + g, po + r * head_dim_, pl[r],
-                          head_dim_);
-      }
+  for (int32_t k = 0; k < gang.n; ++k) {
+    const Batch::Task& task = b.tasks[static_cast<size_t>(b.gang_units[gang.u0 + k])];
+    const HostAttnItem& it = b.items[static_cast<size_t>(task.item)];
+    const Batch::Split& sp = b.splits[static_cast<size_t>(task.item)];
+    // The last part of a split item merges the parts in order 0, 1, ... into the item's output.
+    if (sp.n_parts > 1 &&
+        b.parts_left[static_cast<size_t>(task.item)].fetch_sub(1, std::memory_order_acq_rel) == 1) {
+      const size_t gd = static_cast<size_t>(it.G) * static_cast<size_t>(head_dim_);
+      const float* po = b.part_o.data() + sp.scratch * head_dim_;
+      const float* pl = b.part_lse.data() + sp.scratch;
+      std::memcpy(it.o, po, gd * sizeof(float));
+      std::memcpy(it.lse, pl, static_cast<size_t>(it.G) * sizeof(float));
+      for (int32_t p = 1; p < sp.n_parts; ++p)
+        for (int32_t g = 0; g < it.G; ++g) {
+          const int64_t r = int64_t{p} * it.G + g;
+          merge_partial_row(it.o + int64_t{g} * head_dim_, it.lse + g, po + r * head_dim_, pl[r],
+                            head_dim_);
+        }
+    }
   }
   const auto ns =
       std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0);
   busy_ns_.fetch_add(ns.count(), std::memory_order_relaxed);
-  // The task that finishes last sees every other task's writes (acq_rel) and completes the batch.
+  // The gang that finishes last sees every other gang's writes (acq_rel) and completes the batch.
   if (b.tasks_left.fetch_sub(1, std::memory_order_acq_rel) == 1) finish_batch(b);
 }
 

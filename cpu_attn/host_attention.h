@@ -9,7 +9,10 @@
 // less than 256 KiB of K and V) whose partials are merged with merge_partial_row, so one long
 // sequence still uses every core. The split depends only on the item and the thread count of
 // this instance (not on the rest of the batch), and parts are merged in a fixed order, so an
-// item's result is the same bits whatever it is batched with.
+// item's result is the same bits whatever it is batched with. Part p of consecutive items of one
+// sequence (its KV heads) runs as one task, their blocks read in turn, in the host store's
+// address order (HostAttnItem::seq), as long as that leaves 4 tasks per thread
+// (TANDEM_HOST_GANG=N caps a gang at N items; 1 runs every item alone, for measurements).
 #pragma once
 
 #include <tbb/task_arena.h>
@@ -40,6 +43,10 @@ struct HostAttnItem {
   float* o = nullptr;        // f32 [G, head_dim] out
   float* lse = nullptr;      // f32 [G] out, natural log; -inf when nothing is selected
   std::span<const HostBlockRef> blocks;
+  // The sequence the item belongs to: consecutive items of one sequence (its KV heads, whose
+  // blocks lie side by side in the host store) may run together, their blocks read in turn
+  // (host_attend_groups). Any value; it never changes the result.
+  int64_t seq = -1;
 };
 
 // When a batch may start: once *flag >= value (unsigned, read with acquire ordering), a host flag
@@ -116,7 +123,7 @@ class HostAttention {
   void split_batch(Batch& b) const;  // checks the items and cuts them into tasks
   void run_batch(Batch& b);
   void run_tasks(Batch& b);
-  void run_task(Batch& b, size_t t);
+  void run_gang(Batch& b, size_t t);
   void finish_batch(Batch& b);
   void start_batch(Batch& b);  // enqueues the batch's root task into the arena
   void dispatch_loop();        // the dispatcher thread: starts queued batches whose flag is up
@@ -125,6 +132,7 @@ class HostAttention {
   int32_t head_dim_;
   float scale_;
   DType kv_dtype_;
+  int gang_max_;  // items run together at most
   tbb::task_arena arena_;
   std::atomic<int64_t> busy_ns_{0};
   std::atomic<int64_t> wait_ns_{0};

@@ -58,7 +58,8 @@ void HybridRunner::submit(Backend& be, int32_t layer, const TensorView& q, int64
                                    G,
                                    o + s.row0 * qd + int64_t{g} * G * d,
                                    lse + s.row0 * sh.n_head_q + int64_t{g} * G,
-                                   {}});
+                                   {},
+                                   static_cast<int64_t>(i)});
     }
   }
   // Rows of the batch no sequence covers (none today) stay empty too.

@@ -319,6 +319,94 @@ TEST_CASE("split and merge equals unsplit") {
   }
 }
 
+// host_attend_groups only changes the order the blocks are read in: every call's o and lse are
+// host_attend_group's bits, on every ISA path, with calls of different lengths, layouts, group
+// sizes and selections, an empty call among them.
+TEST_CASE("host_attend_groups: each call gives host_attend_group's bits") {
+  using KLayout = HeadKv::KLayout;
+  for (cpu::Isa isa : cpu::supported_isas()) {
+    const cpu::ScopedIsa scoped(isa);
+    INFO("isa " << cpu::isa_name(isa));
+    std::mt19937 rng(77);
+    const int32_t d = 64;
+    const float scale = 0.125f;
+    for (DType t : kKvTypes) {
+      const std::vector<std::vector<int32_t>> lens = {{64, 64, 64}, {64, 64, 64},        {64, 20},
+                                                      {},           {64, 64, 64, 64, 9}, {7}};
+      const int32_t gs[] = {4, 4, 2, 4, 1, 8};
+      const KLayout ks[] = {KLayout::kColumns, KLayout::kColumns, KLayout::kRows,
+                            KLayout::kColumns, KLayout::kMixed,   KLayout::kColumns};
+      std::vector<HeadKv> heads;
+      std::vector<std::vector<float>> qs, o1, l1, o2, l2;
+      std::vector<HostGroupCall> calls;
+      for (size_t i = 0; i < lens.size(); ++i) {
+        heads.emplace_back(t, d, lens[i], rng, i == 2, 0.5, 0.0f, ks[i]);
+        qs.push_back(random_q(gs[i], d, rng));
+        o1.emplace_back(static_cast<size_t>(gs[i] * d), 1.0f);
+        l1.emplace_back(static_cast<size_t>(gs[i]), 1.0f);
+        o2.emplace_back(static_cast<size_t>(gs[i] * d), 2.0f);
+        l2.emplace_back(static_cast<size_t>(gs[i]), 2.0f);
+      }
+      for (size_t i = 0; i < lens.size(); ++i) {
+        calls.push_back({qs[i].data(), gs[i], heads[i].refs, o2[i].data(), l2[i].data()});
+        host_attend_group(qs[i].data(), gs[i], d, scale, t, heads[i].refs, o1[i].data(),
+                          l1[i].data());
+      }
+      host_attend_groups(d, scale, t, calls);
+      for (size_t i = 0; i < lens.size(); ++i) {
+        INFO("dtype " << dtype_name(t) << " call " << i);
+        CHECK(std::memcmp(o1[i].data(), o2[i].data(), o1[i].size() * sizeof(float)) == 0);
+        CHECK(std::memcmp(l1[i].data(), l2[i].data(), l1[i].size() * sizeof(float)) == 0);
+        std::vector<double> ro, rl;
+        heads[i].reference(qs[i], gs[i], scale, heads[i].refs, &ro, &rl);
+        const Errors e = compare(o2[i].data(), l2[i].data(), ro, rl, gs[i], d);
+        CHECK(e.o < kTol);
+        CHECK(e.lse < kTol);
+      }
+    }
+  }
+}
+
+// The KV heads of a sequence (HostAttnItem::seq) run as gangs: the same bits as each item alone.
+TEST_CASE("HostAttention: a sequence's KV heads run together, each item's bits as alone") {
+  std::mt19937 rng(41);
+  const int32_t G = 4, d = 64, hkv = 4;
+  const float scale = 0.125f;
+  for (DType t : {DType::kF32, DType::kBF16}) {
+    // 3 sequences of hkv heads, 2560 rows each: several parts per item on 2 threads.
+    std::vector<HeadKv> heads;
+    std::vector<std::vector<float>> qs;
+    for (int i = 0; i < 3 * hkv; ++i) {
+      heads.emplace_back(t, d, std::vector<int32_t>(40, 64), rng, i == 5, 0.6, 0.0f,
+                         HeadKv::KLayout::kColumns);
+      qs.push_back(random_q(G, d, rng));
+    }
+    const size_t n = heads.size(), gd = static_cast<size_t>(G) * d;
+    for (int threads : {1, 2, 3}) {
+      HostAttention ha(threads, d, scale, t);
+      std::vector<float> o(n * gd, 5.0f), lse(n * G, 5.0f), oa(n * gd, 6.0f), la(n * G, 6.0f);
+      std::vector<HostAttnItem> items;
+      for (size_t i = 0; i < n; ++i)
+        items.push_back({qs[i].data(), G, o.data() + i * gd, lse.data() + i * G, heads[i].refs,
+                         static_cast<int64_t>(i / hkv)});
+      ha.wait(ha.submit(std::move(items)));
+      for (size_t i = 0; i < n; ++i)
+        ha.wait(ha.submit(
+            {HostAttnItem{qs[i].data(), G, oa.data() + i * gd, la.data() + i * G, heads[i].refs}}));
+      INFO("dtype " << dtype_name(t) << " threads " << threads);
+      CHECK(std::memcmp(o.data(), oa.data(), o.size() * sizeof(float)) == 0);
+      CHECK(std::memcmp(lse.data(), la.data(), lse.size() * sizeof(float)) == 0);
+      for (size_t i = 0; i < n; ++i) {
+        std::vector<double> ro, rl;
+        heads[i].reference(qs[i], G, scale, heads[i].refs, &ro, &rl);
+        const Errors e = compare(o.data() + i * gd, lse.data() + i * G, ro, rl, G, d);
+        CHECK(e.o < kTol);
+        CHECK(e.lse < kTol);
+      }
+    }
+  }
+}
+
 TEST_CASE("HostAttention splits one long item across the cores and merges it exactly") {
   std::mt19937 rng(21);
   const int32_t G = 4, d = 64;

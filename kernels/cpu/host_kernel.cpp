@@ -704,6 +704,33 @@ void attend_typed(const float* q, int32_t G, int32_t d, float scale,
   ga.finish(o, lse);
 }
 
+// The calls' blocks in turn (block j of every call that has one, then block j + 1): each block's
+// "next" is the one after it in that order, so the prefetches cross from one head to the next.
+template <typename E>
+void attend_gang(int32_t d, float scale, std::span<const HostGroupCall> calls) {
+  thread_local std::vector<Scratch> scratch;
+  if (scratch.size() < calls.size()) scratch.resize(calls.size());
+  std::vector<GroupAttention<E>> ga;
+  ga.reserve(calls.size());
+  size_t n_max = 0;
+  for (size_t i = 0; i < calls.size(); ++i) {
+    ga.emplace_back(calls[i].q, calls[i].G, d, scale, scratch[i]);
+    n_max = std::max(n_max, calls[i].blocks.size());
+  }
+  const HostBlockRef* prev = nullptr;
+  size_t prev_call = 0;
+  for (size_t j = 0; j < n_max; ++j)
+    for (size_t i = 0; i < calls.size(); ++i) {
+      if (j >= calls[i].blocks.size()) continue;
+      const HostBlockRef* b = &calls[i].blocks[j];
+      if (prev != nullptr) ga[prev_call].add_block(*prev, b);
+      prev = b;
+      prev_call = i;
+    }
+  if (prev != nullptr) ga[prev_call].add_block(*prev, nullptr);
+  for (size_t i = 0; i < calls.size(); ++i) ga[i].finish(calls[i].o, calls[i].lse);
+}
+
 }  // namespace
 
 void host_attend_group(const float* q, int32_t G, int32_t d, float scale, DType kv_dtype,
@@ -724,6 +751,38 @@ void host_attend_group(const float* q, int32_t G, int32_t d, float scale, DType 
       return attend_typed<cpu::F16>(q, G, d, scale, blocks, o, lse);
     case DType::kBF16:
       return attend_typed<cpu::BF16>(q, G, d, scale, blocks, o, lse);
+    default:
+      break;
+  }
+  TANDEM_CHECK(false, "host attention KV dtype ", dtype_name(kv_dtype));
+}
+
+void host_attend_groups(int32_t d, float scale, DType kv_dtype,
+                        std::span<const HostGroupCall> calls) {
+  TANDEM_CHECK(d >= 8 && d % 8 == 0, "host attention head_dim ", d, " is not a multiple of 8");
+  bool scored = false;
+  for (const HostGroupCall& c : calls) {
+    TANDEM_CHECK(c.G >= 1, "host attention G=", c.G);
+    TANDEM_CHECK(c.q != nullptr && c.o != nullptr && c.lse != nullptr,
+                 "host attention null q/o/lse");
+    for (const HostBlockRef& b : c.blocks)
+      if (b.rows() > 0) {
+        scored = scored || b.s != nullptr;
+        break;
+      }
+  }
+  if (scored || calls.size() == 1) {
+    for (const HostGroupCall& c : calls)
+      host_attend_group(c.q, c.G, d, scale, kv_dtype, c.blocks, c.o, c.lse);
+    return;
+  }
+  switch (kv_dtype) {
+    case DType::kF32:
+      return attend_gang<cpu::F32>(d, scale, calls);
+    case DType::kF16:
+      return attend_gang<cpu::F16>(d, scale, calls);
+    case DType::kBF16:
+      return attend_gang<cpu::BF16>(d, scale, calls);
     default:
       break;
   }

@@ -51,6 +51,25 @@ inline constexpr int32_t kChunkRows = 32;
 void host_attend_group(const float* q, int32_t G, int32_t d, float scale, DType kv_dtype,
                        std::span<const HostBlockRef> blocks, float* o, float* lse);
 
+// One KV head's call of host_attend_groups: host_attend_group's arguments.
+struct HostGroupCall {
+  const float* q = nullptr;  // f32 [G, d]
+  int32_t G = 1;
+  std::span<const HostBlockRef> blocks;
+  float* o = nullptr;    // f32 [G, d] out
+  float* lse = nullptr;  // f32 [G] out
+};
+
+// host_attend_group for several calls at once, their blocks taken in turn: block 0 of every call,
+// then block 1 of every call, and so on, each block's K prefetched during the one before it in
+// that order. For the KV heads of one sequence, whose blocks lie side by side in the host store
+// (kvstore/block_table.h), K and V are then read in address order: a few long streams the
+// hardware prefetchers follow, where one head at a time reads 32 KB runs far apart. Each call's
+// o and lse are the same bits as host_attend_group's. Calls whose blocks carry given scores
+// (value offload) run one after the other.
+void host_attend_groups(int32_t d, float scale, DType kv_dtype,
+                        std::span<const HostGroupCall> calls);
+
 // The weighted-value kernel of value offload (HCAttention Eq. 5): the same partial as
 // host_attend_group, o = softmax(s) V and lse = logsumexp(s) per query head, over scores given
 // with every block (HostBlockRef::s; K is not read). Blocks without s are an error here;

@@ -266,8 +266,8 @@ int cmd_bench_cpu_attn(const Options& f) {
         auto items_of = [&](const HostLayer& layer) {
           std::vector<HostAttnItem> items;
           for (size_t i = 0; i < n_items; ++i)
-            items.push_back(
-                {q.data() + i * G * d, G, o.data() + i * G * d, lse.data() + i * G, layer.refs[i]});
+            items.push_back({q.data() + i * G * d, G, o.data() + i * G * d, lse.data() + i * G,
+                             layer.refs[i], static_cast<int64_t>(i / static_cast<size_t>(hkv))});
           return items;
         };
         const int64_t bytes = s.layer_bytes();
