@@ -27,10 +27,13 @@
 #include "kernels/common.h"
 #include "kernels/cpu/host_kernel_passes.h"
 #include "kernels/cpu/isa.h"
+#include "kernels/cpu/line_stream.h"
 #include "kernels/cpu/simd.h"
 
 namespace tandem {
 namespace {
+
+using cpu::LineStream;
 
 constexpr int kMaxPass = 4;  // query heads per pass over a chunk (more would need > 16 ymm)
 
@@ -48,59 +51,6 @@ inline void prefetch_bytes(const void* p, int32_t bytes) {
   for (uintptr_t line = a & ~uintptr_t{63}; line < a + static_cast<uintptr_t>(bytes); line += 64)
     _mm_prefetch(reinterpret_cast<const char*>(line), _MM_HINT_T2);
 }
-
-// The software prefetches of an AVX2 pass over a column-stored block: rows[0, n) of `bytes`
-// each, a cache line per step, in address order, paced evenly over the pass's loop by an
-// integer accumulator (tick(); no division in the loop). The state is copied into the loops so
-// that it stays in registers (through a reference GCC kept it in memory: the cols pass 18%
-// slower in L2).
-class LineStream {
- public:
-  LineStream(const void* const* rows, int32_t n, int32_t bytes)
-      : rows_(rows), left_(n), bytes_(bytes) {}
-  // Cache lines the rows span.
-  int64_t lines() const {
-    int64_t n = 0;
-    for (int32_t i = 0; i < left_; ++i) {
-      const uintptr_t a = reinterpret_cast<uintptr_t>(rows_[i]);
-      n += static_cast<int64_t>(((a + static_cast<uintptr_t>(bytes_) + 63) >> 6) - (a >> 6));
-    }
-    return n;
-  }
-  void step() {
-    if (cur_ >= end_) {
-      if (left_ == 0) return;
-      const uintptr_t a = reinterpret_cast<uintptr_t>(*rows_++);
-      --left_;
-      cur_ = a & ~uintptr_t{63};
-      end_ = a + static_cast<uintptr_t>(bytes_);
-    }
-    _mm_prefetch(reinterpret_cast<const char*>(cur_), _MM_HINT_T2);
-    cur_ += 64;
-  }
-  // Spreads lines() over `iterations` calls of tick(): one line every iterations / lines()
-  // calls (at most one per call; what is left, rest() issues).
-  void pace(int64_t iterations) {
-    num_ = static_cast<int32_t>(std::min<int64_t>(lines(), iterations));
-    den_ = static_cast<int32_t>(std::max<int64_t>(1, iterations));
-  }
-  void tick() {
-    acc_ += num_;
-    if (acc_ >= den_) {
-      acc_ -= den_;
-      step();
-    }
-  }
-  void rest() {
-    while (cur_ < end_ || left_ > 0) step();
-  }
-
- private:
-  const void* const* rows_;
-  int32_t left_, bytes_;
-  uintptr_t cur_ = 0, end_ = 0;
-  int32_t num_ = 0, den_ = 1, acc_ = 0;
-};
 
 // s[g * kChunkRows + j] = q_g . k_j for GS heads and rows j in [0, nr); nr a multiple of R.
 //   rows [nr] pointers to K rows of d elements; q f32 [GS, d] (pre-scaled).
@@ -235,8 +185,7 @@ void value_pass(const typename E::T* const* rows, int32_t nr, const float* p, fl
 }
 
 // The value pass of a column-stored block's chunk on the AVX2 path, its prefetches a LineStream
-// paced over its row steps. (The AVX-512 passes keep the row-list prefetch of HostPasses: tuned
-// on a Zen 4, they were not re-measured with the stream.)
+// paced over its row steps. (The AVX-512 value passes pace their own over theirs.)
 template <typename E>
 void value_pass_stream(int32_t gs, const typename E::T* const* rows, int32_t nr, const float* p,
                        float* acc, int32_t d, StreamPf& pf) {

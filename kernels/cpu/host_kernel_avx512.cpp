@@ -23,6 +23,7 @@
 
 #include "kernels/cpu/host_kernel.h"
 #include "kernels/cpu/host_kernel_passes.h"
+#include "kernels/cpu/line_stream.h"
 
 #define TANDEM_AVX512 __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq")))
 #define TANDEM_AVX512_INLINE TANDEM_AVX512 __attribute__((always_inline)) inline
@@ -69,45 +70,6 @@ TANDEM_AVX512_INLINE void prefetch_l2(const void* p, int32_t bytes) {
   for (uintptr_t line = a & ~uintptr_t{63}; line < a + static_cast<uintptr_t>(bytes); line += 64)
     _mm_prefetch(reinterpret_cast<const char*>(line), _MM_HINT_T2);
 }
-
-// The cache lines of rows[0, n) (bytes each) as a stream, in address order, spread evenly over a
-// loop of `steps` iterations by an integer accumulator: tick() once per iteration issues its
-// share (no division in the loop), rest() what is left.
-class PacedLines {
- public:
-  TANDEM_AVX512_INLINE PacedLines(const void* const* rows, int32_t n, int32_t bytes, int32_t steps)
-      : rows_(rows), left_(n), bytes_(bytes), den_(std::max(1, steps)) {
-    int64_t lines = 0;
-    for (int32_t i = 0; i < n; ++i) {
-      const uintptr_t a = reinterpret_cast<uintptr_t>(rows[i]);
-      lines += static_cast<int64_t>(((a + static_cast<uintptr_t>(bytes) + 63) >> 6) - (a >> 6));
-    }
-    num_ = static_cast<int32_t>(lines);
-  }
-  TANDEM_AVX512_INLINE void tick() {
-    for (acc_ += num_; acc_ >= den_; acc_ -= den_) step();
-  }
-  TANDEM_AVX512_INLINE void rest() {
-    while (cur_ < end_ || left_ > 0) step();
-  }
-
- private:
-  TANDEM_AVX512_INLINE void step() {
-    if (cur_ >= end_) {
-      if (left_ == 0) return;
-      const uintptr_t a = reinterpret_cast<uintptr_t>(*rows_++);
-      --left_;
-      cur_ = a & ~uintptr_t{63};
-      end_ = a + static_cast<uintptr_t>(bytes_);
-    }
-    _mm_prefetch(reinterpret_cast<const char*>(cur_), _MM_HINT_T2);
-    cur_ += 64;
-  }
-  const void* const* rows_;
-  int32_t left_, bytes_;
-  uintptr_t cur_ = 0, end_ = 0;
-  int32_t num_, den_, acc_ = 0;
-};
 
 // The 8 sums of a[0..8), in order.
 TANDEM_AVX512_INLINE __m256 reduce8x16(const __m512* a) {
@@ -243,8 +205,8 @@ TANDEM_AVX512 void score_pass16(const typename L::T* const* rows, int32_t nr, co
 // heads. pf (the pass's prefetch stream) ticks once per row.
 template <class L, int GS, int CB>
 TANDEM_AVX512 void value_block(const typename L::T* const* rows, int32_t nr, const float* p,
-                               float* acc, int32_t d, int32_t c0, __mmask16 m, PacedLines& pf_io) {
-  PacedLines pf = pf_io;  // in registers over the loops
+                               float* acc, int32_t d, int32_t c0, __mmask16 m, LineStream& pf_io) {
+  LineStream pf = pf_io;  // in registers over the loops
   // bf16 with whole 32-channel pairs of blocks: one 64-byte load per pair, widened by shift
   // (even channels) and mask (odd ones), as the cols pass does; the pair's accumulators then
   // hold the even and the odd channels, permuted from and back to acc's order around the rows.
@@ -266,7 +228,7 @@ TANDEM_AVX512 void value_block(const typename L::T* const* rows, int32_t nr, con
         }
       const __m512i hi_mask = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
       for (int32_t j = 0; j < nr; ++j) {
-        pf.tick();
+        pf.tick_many();
         const uint16_t* vr = rows[j] + c0;
         __m512 w[GS];
 #pragma GCC unroll 4
@@ -310,7 +272,7 @@ TANDEM_AVX512 void value_block(const typename L::T* const* rows, int32_t nr, con
     for (int b = 0; b < CB; ++b)
       o[g * CB + b] = _mm512_maskz_loadu_ps(b == CB - 1 ? m : kFull, acc + g * d + c0 + 16 * b);
   for (int32_t j = 0; j < nr; ++j) {
-    pf.tick();
+    pf.tick_many();
     const typename L::T* vr = rows[j] + c0;
     __m512 w[GS];
 #pragma GCC unroll 4
@@ -341,8 +303,9 @@ TANDEM_AVX512 void value_pass(const typename L::T* const* rows, int32_t nr, cons
   const int32_t wide = d / (16 * CB), rest = d - wide * 16 * CB;
   const int32_t sweeps =
       wide + (CB > 2 ? rest / 32 : 0) + (CB > 2 ? rest % 32 : rest) / 16 + (d % 16 != 0);
-  PacedLines pl(reinterpret_cast<const void* const*>(pf), pf_n,
-                d * static_cast<int32_t>(sizeof(typename L::T)), nr * sweeps);
+  LineStream pl(reinterpret_cast<const void* const*>(pf), pf_n,
+                d * static_cast<int32_t>(sizeof(typename L::T)));
+  pl.pace(int64_t{nr} * sweeps);
   int32_t c = 0;
   for (; c + 16 * CB <= d; c += 16 * CB) value_block<L, GS, CB>(rows, nr, p, acc, d, c, kFull, pl);
   if constexpr (CB > 2)
@@ -450,7 +413,8 @@ TANDEM_AVX512 void cols_heads(const typename L::T* kt, int64_t ld, int32_t n, co
   const __m512i lo_idx = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
   const __m512i hi_idx =
       _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
-  PacedLines pf_lines(reinterpret_cast<const void* const*>(pf), pf_n, pf_row_bytes, d);
+  LineStream pf_lines(reinterpret_cast<const void* const*>(pf), pf_n, pf_row_bytes);
+  pf_lines.pace(d);
   // Channels in spans of kColSpan, each span's dot products a fresh chain added to the sums in s:
   // one chain of d FMAs per score would round more than the row passes' 16 short chains (seen
   // with scores of several hundred).
@@ -459,7 +423,7 @@ TANDEM_AVX512 void cols_heads(const typename L::T* kt, int64_t ld, int32_t n, co
 #pragma GCC unroll 16
     for (int i = 0; i < GS * 4; ++i) acc[i] = _mm512_setzero_ps();
     for (int32_t c = c0; c < std::min(d, c0 + kColSpan); ++c) {
-      pf_lines.tick();  // the prefetch list's lines, evenly over the channels
+      pf_lines.tick_many();  // the prefetch list's lines, evenly over the channels
       const typename L::T* col = kt + c * ld;
       __m512 kv[4];
       if constexpr (kPairs) {
