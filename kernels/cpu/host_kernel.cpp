@@ -680,6 +680,29 @@ void attend_gang(int32_t d, float scale, std::span<const HostGroupCall> calls) {
   for (size_t i = 0; i < calls.size(); ++i) ga[i].finish(calls[i].o, calls[i].lse);
 }
 
+// Whether the blocks carry given scores (value offload): their first non-empty block says.
+bool given_scores(std::span<const HostBlockRef> blocks) {
+  for (const HostBlockRef& b : blocks)
+    if (b.rows() > 0) return b.s != nullptr;
+  return false;
+}
+
+// fn(E{}) for the element type E (cpu::F32, F16, BF16) of a KV dtype.
+template <class Fn>
+void with_kv_type(DType kv_dtype, Fn&& fn) {
+  switch (kv_dtype) {
+    case DType::kF32:
+      return fn(cpu::F32{});
+    case DType::kF16:
+      return fn(cpu::F16{});
+    case DType::kBF16:
+      return fn(cpu::BF16{});
+    default:
+      break;
+  }
+  TANDEM_CHECK(false, "host attention KV dtype ", dtype_name(kv_dtype));
+}
+
 }  // namespace
 
 void host_attend_group(const float* q, int32_t G, int32_t d, float scale, DType kv_dtype,
@@ -688,22 +711,9 @@ void host_attend_group(const float* q, int32_t G, int32_t d, float scale, DType 
   TANDEM_CHECK(d >= 8 && d % 8 == 0, "host attention head_dim ", d, " is not a multiple of 8");
   TANDEM_CHECK(q != nullptr && o != nullptr && lse != nullptr, "host attention null q/o/lse");
   // Blocks with given scores (value offload) take the weighted-value path.
-  for (const HostBlockRef& b : blocks)
-    if (b.rows() > 0) {
-      if (b.s != nullptr) return host_weighted_values(G, d, kv_dtype, blocks, o, lse);
-      break;
-    }
-  switch (kv_dtype) {
-    case DType::kF32:
-      return attend_typed<cpu::F32>(q, G, d, scale, blocks, o, lse);
-    case DType::kF16:
-      return attend_typed<cpu::F16>(q, G, d, scale, blocks, o, lse);
-    case DType::kBF16:
-      return attend_typed<cpu::BF16>(q, G, d, scale, blocks, o, lse);
-    default:
-      break;
-  }
-  TANDEM_CHECK(false, "host attention KV dtype ", dtype_name(kv_dtype));
+  if (given_scores(blocks)) return host_weighted_values(G, d, kv_dtype, blocks, o, lse);
+  with_kv_type(kv_dtype,
+               [&](auto e) { attend_typed<decltype(e)>(q, G, d, scale, blocks, o, lse); });
 }
 
 void host_attend_groups(int32_t d, float scale, DType kv_dtype,
@@ -714,28 +724,14 @@ void host_attend_groups(int32_t d, float scale, DType kv_dtype,
     TANDEM_CHECK(c.G >= 1, "host attention G=", c.G);
     TANDEM_CHECK(c.q != nullptr && c.o != nullptr && c.lse != nullptr,
                  "host attention null q/o/lse");
-    for (const HostBlockRef& b : c.blocks)
-      if (b.rows() > 0) {
-        scored = scored || b.s != nullptr;
-        break;
-      }
+    scored = scored || given_scores(c.blocks);
   }
   if (scored || calls.size() == 1) {
     for (const HostGroupCall& c : calls)
       host_attend_group(c.q, c.G, d, scale, kv_dtype, c.blocks, c.o, c.lse);
     return;
   }
-  switch (kv_dtype) {
-    case DType::kF32:
-      return attend_gang<cpu::F32>(d, scale, calls);
-    case DType::kF16:
-      return attend_gang<cpu::F16>(d, scale, calls);
-    case DType::kBF16:
-      return attend_gang<cpu::BF16>(d, scale, calls);
-    default:
-      break;
-  }
-  TANDEM_CHECK(false, "host attention KV dtype ", dtype_name(kv_dtype));
+  with_kv_type(kv_dtype, [&](auto e) { attend_gang<decltype(e)>(d, scale, calls); });
 }
 
 void host_weighted_values(int32_t G, int32_t d, DType kv_dtype,
@@ -743,17 +739,8 @@ void host_weighted_values(int32_t G, int32_t d, DType kv_dtype,
   TANDEM_CHECK(G >= 1, "host attention G=", G);
   TANDEM_CHECK(d >= 8 && d % 8 == 0, "host attention head_dim ", d, " is not a multiple of 8");
   TANDEM_CHECK(o != nullptr && lse != nullptr, "host attention null o/lse");
-  switch (kv_dtype) {
-    case DType::kF32:
-      return attend_typed<cpu::F32>(nullptr, G, d, 1.0f, blocks, o, lse);
-    case DType::kF16:
-      return attend_typed<cpu::F16>(nullptr, G, d, 1.0f, blocks, o, lse);
-    case DType::kBF16:
-      return attend_typed<cpu::BF16>(nullptr, G, d, 1.0f, blocks, o, lse);
-    default:
-      break;
-  }
-  TANDEM_CHECK(false, "host attention KV dtype ", dtype_name(kv_dtype));
+  with_kv_type(kv_dtype,
+               [&](auto e) { attend_typed<decltype(e)>(nullptr, G, d, 1.0f, blocks, o, lse); });
 }
 
 int64_t host_kv_bytes(std::span<const HostBlockRef> blocks, int32_t d, DType kv_dtype) {

@@ -300,9 +300,8 @@ TANDEM_AVX512 void value_pass(const typename L::T* const* rows, int32_t nr, cons
                               float* acc, int32_t d, const typename L::T* const* pf, int32_t pf_n) {
   constexpr int CB = GS <= 2 ? 8 : 4;
   // The column sweeps below, each nr row steps: the prefetch list's lines spread over them.
-  const int32_t wide = d / (16 * CB), rest = d - wide * 16 * CB;
-  const int32_t sweeps =
-      wide + (CB > 2 ? rest / 32 : 0) + (CB > 2 ? rest % 32 : rest) / 16 + (d % 16 != 0);
+  const int32_t rest = d % (16 * CB);
+  const int32_t sweeps = d / (16 * CB) + rest / 32 + rest % 32 / 16 + (d % 16 != 0);
   LineStream pl(reinterpret_cast<const void* const*>(pf), pf_n,
                 d * static_cast<int32_t>(sizeof(typename L::T)));
   pl.pace(int64_t{nr} * sweeps);
