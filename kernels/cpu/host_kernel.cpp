@@ -312,41 +312,52 @@ void cols_pass(const typename E::T* kt, int64_t ld, int32_t n, const float* q, i
 }
 
 // The online softmax of one chunk (kernels/cpu/host_kernel_passes.h, HostSoftmax), 8 lanes.
+// Heads in groups of up to 8: first every head's chunk max (independent reductions the core
+// overlaps), then the rescales and weights; the sums stay in lanes (kSumLanes).
 void softmax_chunk_avx2(float* s, int32_t G, int32_t nr, int32_t nr_pad, float* m_run, float* l_run,
                         float* acc, int32_t d) {
-  for (int32_t g = 0; g < G; ++g) {
-    float* sg = s + g * kChunkRows;
-    for (int32_t j = nr; j < nr_pad; ++j) sg[j] = kNegInf;
-    __m256 vmax = _mm256_loadu_ps(sg);
-    for (int32_t j = 8; j < nr_pad; j += 8) vmax = _mm256_max_ps(vmax, _mm256_loadu_ps(sg + j));
-    const float cm = cpu::hmax(vmax);
-    float& m = m_run[g];
-    float& l = l_run[g];
-    if (cm > m) {
-      // Rescale what was accumulated under the old max (nothing yet when it was -inf).
-      if (m != kNegInf) {
-        const float alpha = std::exp(m - cm);
-        const __m256 a = _mm256_set1_ps(alpha);
-        float* ag = acc + static_cast<int64_t>(g) * d;
-        for (int32_t c = 0; c < d; c += 8)
-          _mm256_storeu_ps(ag + c, _mm256_mul_ps(_mm256_loadu_ps(ag + c), a));
-        l *= alpha;
+  constexpr int32_t kHeads = 8;
+  for (int32_t g0 = 0; g0 < G; g0 += kHeads) {
+    const int32_t gn = std::min(kHeads, G - g0);
+    float cm[kHeads];
+    for (int32_t i = 0; i < gn; ++i) {
+      float* sg = s + (g0 + i) * kChunkRows;
+      for (int32_t j = nr; j < nr_pad; ++j) sg[j] = kNegInf;
+      __m256 vmax = _mm256_loadu_ps(sg);
+      for (int32_t j = 8; j < nr_pad; j += 8) vmax = _mm256_max_ps(vmax, _mm256_loadu_ps(sg + j));
+      cm[i] = cpu::hmax(vmax);
+    }
+    for (int32_t i = 0; i < gn; ++i) {
+      const int32_t g = g0 + i;
+      float* sg = s + g * kChunkRows;
+      float& m = m_run[g];
+      float* lg = l_run + static_cast<int64_t>(g) * cpu::kSumLanes;
+      if (cm[i] > m) {
+        // Rescale what was accumulated under the old max (nothing yet when it was -inf).
+        if (m != kNegInf) {
+          const __m256 a = _mm256_set1_ps(std::exp(m - cm[i]));
+          float* ag = acc + static_cast<int64_t>(g) * d;
+          for (int32_t c = 0; c < d; c += 8)
+            _mm256_storeu_ps(ag + c, _mm256_mul_ps(_mm256_loadu_ps(ag + c), a));
+          for (int32_t k = 0; k < cpu::kSumLanes; k += 8)
+            _mm256_storeu_ps(lg + k, _mm256_mul_ps(_mm256_loadu_ps(lg + k), a));
+        }
+        m = cm[i];
       }
-      m = cm;
+      if (m == kNegInf) {  // every score so far is -inf: weights 0 (exp(-inf - -inf) is NaN)
+        std::fill(sg, sg + nr_pad, 0.0f);
+        continue;
+      }
+      // Pad rows have score -inf, and exp8 maps -inf to exactly 0.
+      const __m256 mb = _mm256_set1_ps(m);
+      __m256 sum = _mm256_loadu_ps(lg);
+      for (int32_t j = 0; j < nr_pad; j += 8) {
+        const __m256 pj = cpu::exp8(_mm256_sub_ps(_mm256_loadu_ps(sg + j), mb));
+        _mm256_storeu_ps(sg + j, pj);
+        sum = _mm256_add_ps(sum, pj);
+      }
+      _mm256_storeu_ps(lg, sum);
     }
-    if (m == kNegInf) {  // every score so far is -inf: weights 0 (exp(-inf - -inf) is NaN)
-      std::fill(sg, sg + nr_pad, 0.0f);
-      continue;
-    }
-    // Pad rows have score -inf, and exp8 maps -inf to exactly 0.
-    const __m256 mb = _mm256_set1_ps(m);
-    __m256 sum = _mm256_setzero_ps();
-    for (int32_t j = 0; j < nr_pad; j += 8) {
-      const __m256 pj = cpu::exp8(_mm256_sub_ps(_mm256_loadu_ps(sg + j), mb));
-      _mm256_storeu_ps(sg + j, pj);
-      sum = _mm256_add_ps(sum, pj);
-    }
-    l += cpu::hsum(sum);
   }
 }
 
@@ -398,7 +409,7 @@ struct Scratch {
   std::vector<float> acc;         // [G, d] unnormalised output
   std::vector<float> s;           // [G, kChunkRows] scores, then probabilities
   std::vector<float> m;           // [G] running max
-  std::vector<float> l;           // [G] running sum of exp(score - m)
+  std::vector<float> l;           // [G, kSumLanes] running sum of exp(score - m), in lanes
 };
 
 template <typename E>
@@ -414,7 +425,7 @@ class GroupAttention {
     w_.acc.assign(gd, 0.0f);
     w_.s.resize(static_cast<size_t>(G) * kChunkRows);
     w_.m.assign(static_cast<size_t>(G), kNegInf);
-    w_.l.assign(static_cast<size_t>(G), 0.0f);
+    w_.l.assign(static_cast<size_t>(G) * cpu::kSumLanes, 0.0f);
     if (!scored_)
       for (size_t i = 0; i < gd; ++i) w_.qs[i] = q[i] * scale;
     // Passes of at most kMaxPass heads, as even as possible (6 heads: 3 + 3).
@@ -473,7 +484,9 @@ class GroupAttention {
     flush_rows();
     for (int32_t g = 0; g < G_; ++g) {
       float* og = o + static_cast<int64_t>(g) * d_;
-      const float l = w_.l[static_cast<size_t>(g)];
+      const float* lg = w_.l.data() + static_cast<int64_t>(g) * cpu::kSumLanes;
+      float l = 0.0f;
+      for (int32_t k = 0; k < cpu::kSumLanes; ++k) l += lg[k];
       if (l == 0.0f) {  // nothing selected (or every score -inf): the empty partial
         std::fill(og, og + d_, 0.0f);
         lse[g] = kNegInf;
@@ -521,15 +534,22 @@ class GroupAttention {
     const int64_t vs = b.stride != 0 ? b.stride : d_;
     const int32_t n = b.n, sel = b.rows();
     const int32_t row_bytes = d_ * static_cast<int32_t>(sizeof(T));
-    auto row_of = [&](int32_t i) { return b.idx != nullptr ? b.idx[i] : i; };
     // The selected rows' V, prefetched during the scores (each panel its share).
+    // (Locals, not b's fields or the vector's size, in these loops: through the stores GCC
+    // reloaded those every row, ~8% of the kernel in cache.)
     std::vector<const void*>& list = w_.rows;
     list.resize(static_cast<size_t>(sel));
     const void** lp = list.data();
-    for (int32_t i = 0; i < sel; ++i) lp[i] = v + row_of(i) * vs;
-    const int32_t n_alloc = (n + 15) & ~15;
-    w_.bs.resize(static_cast<size_t>(G_) * n_alloc);
-    float* bs = w_.bs.data();
+    if (const int32_t* idx = b.idx; idx != nullptr)
+      for (int32_t i = 0; i < sel; ++i) lp[i] = v + idx[i] * vs;
+    else
+      for (int32_t i = 0; i < sel; ++i) lp[i] = v + i * vs;
+    // A whole block of at most one chunk (the full policy's blocks) is scored straight into the
+    // chunk's score rows; otherwise into bs, whence each chunk takes its selected rows' scores.
+    const bool in_place = b.idx == nullptr && n <= kChunkRows;
+    const int32_t n_alloc = in_place ? kChunkRows : (n + 15) & ~15;
+    if (!in_place) w_.bs.resize(static_cast<size_t>(G_) * n_alloc);
+    float* bs = in_place ? w_.s.data() : w_.bs.data();
     const int32_t n_panels = (n + cpu::kColRows - 1) / cpu::kColRows;
     for (int32_t p = 0; p < n_panels; ++p) {
       const int32_t r0 = p * cpu::kColRows, np = std::min(cpu::kColRows, n - r0);
@@ -545,9 +565,10 @@ class GroupAttention {
           next->k_ld != 0 ? (d_ - 1) * next->k_ld + next->n
                           : int64_t{next->n - 1} * (next->stride != 0 ? next->stride : d_) + d_;
       const T* nk = static_cast<const T*>(next->k);
-      list.resize(static_cast<size_t>((span + d_ - 1) / d_));
+      const int64_t n_rows = (span + d_ - 1) / d_, dd = d_;
+      list.resize(static_cast<size_t>(n_rows));
       const void** np = list.data();
-      for (size_t i = 0; i < list.size(); ++i) np[i] = nk + static_cast<int64_t>(i) * d_;
+      for (int64_t i = 0; i < n_rows; ++i) np[i] = nk + i * dd;
     }
     const int32_t n_pf = static_cast<int32_t>(list.size());
     const T* const* pf = reinterpret_cast<const T* const*>(list.data());
@@ -557,7 +578,9 @@ class GroupAttention {
       const int32_t m = std::min(kChunkRows, sel - i0);
       if (b.idx == nullptr) {
         for (int32_t j = 0; j < m; ++j) vp[j] = v + (i0 + j) * vs;
-        for (int32_t g = 0; g < G_; ++g) std::copy_n(bs + g * n_alloc + i0, m, s + g * kChunkRows);
+        if (!in_place)
+          for (int32_t g = 0; g < G_; ++g)
+            std::copy_n(bs + g * n_alloc + i0, m, s + g * kChunkRows);
       } else {
         for (int32_t j = 0; j < m; ++j) {
           const int32_t r = b.idx[i0 + j];

@@ -38,8 +38,9 @@ struct HostBlockRef {
   int32_t rows() const { return idx != nullptr ? n_idx : n; }
 };
 
-// Rows per chunk of the online softmax (one max update and rescale per chunk).
-inline constexpr int32_t kChunkRows = 32;
+// Rows per chunk of the online softmax (one max update and rescale per chunk): a host block of
+// 64 tokens is one chunk, so its scores go from the cols pass to the softmax in place.
+inline constexpr int32_t kChunkRows = 64;
 
 // Attention of one query token, G query heads, over the selected rows of `blocks` (in order).
 //   q    f32 [G, d]  query heads of the group (not yet scaled)

@@ -44,11 +44,16 @@ HostColScore<float> host_cols_avx2_f32();
 HostColScore<uint16_t> host_cols_avx2_bf16();
 HostColScore<uint16_t> host_cols_avx2_f16();
 
+// Lanes of a head's running sum in the online softmax: l_run [G, kSumLanes], lane i holding the
+// sum of the weights the softmax's vector lane i produced (the 8-lane path uses lanes 0-7), added
+// up once at the end, so no chunk waits on a horizontal sum.
+inline constexpr int32_t kSumLanes = 16;
+
 // The online softmax of one chunk, for heads g in [0, G): the scores s[g * kChunkRows + j],
 // rows j in [nr, nr_pad) set to -inf first (pad rows), become exp(s - m_g) where m_g, the running
-// max m_run[g], is raised to the chunk's max first (acc [G, d] and the running sum l_run[g]
-// rescaled by exp(old - new)); l_run[g] gains the chunk's sum. A head whose scores are all -inf
-// so far gets weights 0.
+// max m_run[g], is raised to the chunk's max first (acc [G, d] and the running sum's lanes
+// l_run[g * kSumLanes, + kSumLanes) rescaled by exp(old - new)); the lanes gain the chunk's
+// weights. A head whose scores are all -inf so far gets weights 0.
 using HostSoftmax = void (*)(float* s, int32_t G, int32_t nr, int32_t nr_pad, float* m_run,
                              float* l_run, float* acc, int32_t d);
 
