@@ -312,53 +312,33 @@ void cols_pass(const typename E::T* kt, int64_t ld, int32_t n, const float* q, i
 }
 
 // The online softmax of one chunk (kernels/cpu/host_kernel_passes.h, HostSoftmax), 8 lanes.
-// Heads in groups of up to 8: first every head's chunk max (independent reductions the core
-// overlaps), then the rescales and weights; the sums stay in lanes (kSumLanes).
+struct Softmax8 {
+  static float chunk_max(float* sg, int32_t nr, int32_t nr_pad) {
+    for (int32_t j = nr; j < nr_pad; ++j) sg[j] = kNegInf;
+    __m256 vmax = _mm256_loadu_ps(sg);
+    for (int32_t j = 8; j < nr_pad; j += 8) vmax = _mm256_max_ps(vmax, _mm256_loadu_ps(sg + j));
+    return cpu::hmax(vmax);
+  }
+  static void scale(float* p, int32_t n, float a) {
+    const __m256 av = _mm256_set1_ps(a);
+    for (int32_t c = 0; c < n; c += 8)
+      _mm256_storeu_ps(p + c, _mm256_mul_ps(_mm256_loadu_ps(p + c), av));
+  }
+  static void weights(float* sg, int32_t nr_pad, float m, float* lg) {
+    const __m256 mb = _mm256_set1_ps(m);
+    __m256 sum = _mm256_loadu_ps(lg);
+    for (int32_t j = 0; j < nr_pad; j += 8) {
+      const __m256 pj = cpu::exp8(_mm256_sub_ps(_mm256_loadu_ps(sg + j), mb));
+      _mm256_storeu_ps(sg + j, pj);
+      sum = _mm256_add_ps(sum, pj);
+    }
+    _mm256_storeu_ps(lg, sum);
+  }
+};
+
 void softmax_chunk_avx2(float* s, int32_t G, int32_t nr, int32_t nr_pad, float* m_run, float* l_run,
                         float* acc, int32_t d) {
-  constexpr int32_t kHeads = 8;
-  for (int32_t g0 = 0; g0 < G; g0 += kHeads) {
-    const int32_t gn = std::min(kHeads, G - g0);
-    float cm[kHeads];
-    for (int32_t i = 0; i < gn; ++i) {
-      float* sg = s + (g0 + i) * kChunkRows;
-      for (int32_t j = nr; j < nr_pad; ++j) sg[j] = kNegInf;
-      __m256 vmax = _mm256_loadu_ps(sg);
-      for (int32_t j = 8; j < nr_pad; j += 8) vmax = _mm256_max_ps(vmax, _mm256_loadu_ps(sg + j));
-      cm[i] = cpu::hmax(vmax);
-    }
-    for (int32_t i = 0; i < gn; ++i) {
-      const int32_t g = g0 + i;
-      float* sg = s + g * kChunkRows;
-      float& m = m_run[g];
-      float* lg = l_run + static_cast<int64_t>(g) * cpu::kSumLanes;
-      if (cm[i] > m) {
-        // Rescale what was accumulated under the old max (nothing yet when it was -inf).
-        if (m != kNegInf) {
-          const __m256 a = _mm256_set1_ps(std::exp(m - cm[i]));
-          float* ag = acc + static_cast<int64_t>(g) * d;
-          for (int32_t c = 0; c < d; c += 8)
-            _mm256_storeu_ps(ag + c, _mm256_mul_ps(_mm256_loadu_ps(ag + c), a));
-          for (int32_t k = 0; k < cpu::kSumLanes; k += 8)
-            _mm256_storeu_ps(lg + k, _mm256_mul_ps(_mm256_loadu_ps(lg + k), a));
-        }
-        m = cm[i];
-      }
-      if (m == kNegInf) {  // every score so far is -inf: weights 0 (exp(-inf - -inf) is NaN)
-        std::fill(sg, sg + nr_pad, 0.0f);
-        continue;
-      }
-      // Pad rows have score -inf, and exp8 maps -inf to exactly 0.
-      const __m256 mb = _mm256_set1_ps(m);
-      __m256 sum = _mm256_loadu_ps(lg);
-      for (int32_t j = 0; j < nr_pad; j += 8) {
-        const __m256 pj = cpu::exp8(_mm256_sub_ps(_mm256_loadu_ps(sg + j), mb));
-        _mm256_storeu_ps(sg + j, pj);
-        sum = _mm256_add_ps(sum, pj);
-      }
-      _mm256_storeu_ps(lg, sum);
-    }
-  }
+  cpu::softmax_chunk<Softmax8>(s, G, nr, nr_pad, m_run, l_run, acc, d);
 }
 
 template <typename E>

@@ -340,59 +340,38 @@ TANDEM_AVX512_INLINE __m512 exp16(__m512 x) {
   return _mm512_mask_mov_ps(y, _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), x);
 }
 
-// The chunk softmax (HostSoftmax) on 16 lanes; nr_pad a multiple of 16. As the AVX2 one: heads
-// in groups of 8, the chunk maxes first, the sums in lanes.
+// The chunk softmax (HostSoftmax) on 16 lanes (softmax_chunk of host_kernel_passes.h); nr_pad a
+// multiple of 16, d a multiple of 8 (a masked half vector at the end).
+struct Softmax16 {
+  TANDEM_AVX512 static float chunk_max(float* sg, int32_t nr, int32_t nr_pad) {
+    for (int32_t j = nr; j < nr_pad; ++j) sg[j] = -__builtin_inff();
+    __m512 vmax = _mm512_loadu_ps(sg);
+    for (int32_t j = 16; j < nr_pad; j += 16) vmax = _mm512_max_ps(vmax, _mm512_loadu_ps(sg + j));
+    return _mm512_reduce_max_ps(vmax);
+  }
+  TANDEM_AVX512 static void scale(float* p, int32_t n, float a) {
+    const __m512 av = _mm512_set1_ps(a);
+    int32_t c = 0;
+    for (; c + 16 <= n; c += 16) _mm512_storeu_ps(p + c, _mm512_mul_ps(_mm512_loadu_ps(p + c), av));
+    if (c < n)
+      _mm512_mask_storeu_ps(p + c, kHalf, _mm512_mul_ps(_mm512_maskz_loadu_ps(kHalf, p + c), av));
+  }
+  TANDEM_AVX512 static void weights(float* sg, int32_t nr_pad, float m, float* lg) {
+    static_assert(kSumLanes == 16);
+    const __m512 mb = _mm512_set1_ps(m);
+    __m512 sum = _mm512_loadu_ps(lg);
+    for (int32_t j = 0; j < nr_pad; j += 16) {
+      const __m512 pj = exp16(_mm512_sub_ps(_mm512_loadu_ps(sg + j), mb));
+      _mm512_storeu_ps(sg + j, pj);
+      sum = _mm512_add_ps(sum, pj);
+    }
+    _mm512_storeu_ps(lg, sum);
+  }
+};
+
 TANDEM_AVX512 void softmax16(float* s, int32_t G, int32_t nr, int32_t nr_pad, float* m_run,
                              float* l_run, float* acc, int32_t d) {
-  static_assert(kSumLanes == 16);
-  constexpr float kNegInf = -__builtin_inff();
-  constexpr int32_t kHeads = 8;
-  for (int32_t g0 = 0; g0 < G; g0 += kHeads) {
-    const int32_t gn = std::min(kHeads, G - g0);
-    float cm[kHeads];
-    for (int32_t i = 0; i < gn; ++i) {
-      float* sg = s + (g0 + i) * kChunkRows;
-      for (int32_t j = nr; j < nr_pad; ++j) sg[j] = kNegInf;
-      __m512 vmax = _mm512_loadu_ps(sg);
-      for (int32_t j = 16; j < nr_pad; j += 16)
-        vmax = _mm512_max_ps(vmax, _mm512_loadu_ps(sg + j));
-      cm[i] = _mm512_reduce_max_ps(vmax);
-    }
-    for (int32_t i = 0; i < gn; ++i) {
-      const int32_t g = g0 + i;
-      float* sg = s + g * kChunkRows;
-      float& m = m_run[g];
-      float* lg = l_run + static_cast<int64_t>(g) * kSumLanes;
-      if (cm[i] > m) {
-        // Rescale what was accumulated under the old max (nothing yet when it was -inf).
-        if (m != kNegInf) {
-          const __m512 a = _mm512_set1_ps(std::exp(m - cm[i]));
-          float* ag = acc + static_cast<int64_t>(g) * d;
-          int32_t c = 0;
-          for (; c + 16 <= d; c += 16)
-            _mm512_storeu_ps(ag + c, _mm512_mul_ps(_mm512_loadu_ps(ag + c), a));
-          if (c < d)
-            _mm512_mask_storeu_ps(ag + c, kHalf,
-                                  _mm512_mul_ps(_mm512_maskz_loadu_ps(kHalf, ag + c), a));
-          _mm512_storeu_ps(lg, _mm512_mul_ps(_mm512_loadu_ps(lg), a));
-        }
-        m = cm[i];
-      }
-      if (m == kNegInf) {  // every score so far is -inf: weights 0 (exp(-inf - -inf) is NaN)
-        for (int32_t j = 0; j < nr_pad; j += 16) _mm512_storeu_ps(sg + j, _mm512_setzero_ps());
-        continue;
-      }
-      // Pad rows have score -inf, and exp16 maps -inf to exactly 0.
-      const __m512 mb = _mm512_set1_ps(m);
-      __m512 sum = _mm512_loadu_ps(lg);
-      for (int32_t j = 0; j < nr_pad; j += 16) {
-        const __m512 pj = exp16(_mm512_sub_ps(_mm512_loadu_ps(sg + j), mb));
-        _mm512_storeu_ps(sg + j, pj);
-        sum = _mm512_add_ps(sum, pj);
-      }
-      _mm512_storeu_ps(lg, sum);
-    }
-  }
+  softmax_chunk<Softmax16>(s, G, nr, nr_pad, m_run, l_run, acc, d);
 }
 
 // The cols pass (host_kernel_passes.h) for GS heads: per channel c, the n <= 64 rows' K values

@@ -17,6 +17,8 @@
 
 #include <cstdint>
 
+#include "kernels/cpu/host_kernel.h"
+
 namespace tandem::cpu {
 
 // Rows of a column-stored K block scored per call of the cols pass (four 16-lane vectors per
@@ -56,6 +58,49 @@ inline constexpr int32_t kSumLanes = 16;
 // weights. A head whose scores are all -inf so far gets weights 0.
 using HostSoftmax = void (*)(float* s, int32_t G, int32_t nr, int32_t nr_pad, float* m_run,
                              float* l_run, float* acc, int32_t d);
+
+// The body of a HostSoftmax, written once for both vector widths. W supplies, at its width:
+//   float chunk_max(float* sg, int32_t nr, int32_t nr_pad)  rows [nr, nr_pad) set to -inf, then
+//                                                            the max of sg[0, nr_pad)
+//   void scale(float* p, int32_t n, float a)                p[0, n) *= a, n a multiple of 8
+//   void weights(float* sg, int32_t nr_pad, float m, float* lg)
+//                                   sg[j] = exp(sg[j] - m), lane sums added to lg[0, kSumLanes)
+// Heads in groups of 8: every head's chunk max first (independent reductions the core overlaps),
+// then per head the rescale and the weights. Inlined into each width's entry point, which has the
+// width's target attribute, so W's functions inline there too.
+template <class W>
+__attribute__((always_inline)) inline void softmax_chunk(float* s, int32_t G, int32_t nr,
+                                                         int32_t nr_pad, float* m_run,
+                                                         float* l_run, float* acc, int32_t d) {
+  constexpr float kNegInf = -__builtin_inff();
+  constexpr int32_t kHeads = 8;
+  for (int32_t g0 = 0; g0 < G; g0 += kHeads) {
+    const int32_t gn = G - g0 < kHeads ? G - g0 : kHeads;
+    float cm[kHeads];
+    for (int32_t i = 0; i < gn; ++i) cm[i] = W::chunk_max(s + (g0 + i) * kChunkRows, nr, nr_pad);
+    for (int32_t i = 0; i < gn; ++i) {
+      const int32_t g = g0 + i;
+      float* sg = s + g * kChunkRows;
+      float& m = m_run[g];
+      float* lg = l_run + static_cast<int64_t>(g) * kSumLanes;
+      if (cm[i] > m) {
+        // Rescale what was accumulated under the old max (nothing yet when it was -inf).
+        if (m != kNegInf) {
+          const float a = __builtin_expf(m - cm[i]);
+          W::scale(acc + static_cast<int64_t>(g) * d, d, a);
+          W::scale(lg, kSumLanes, a);
+        }
+        m = cm[i];
+      }
+      if (m == kNegInf) {  // every score so far is -inf: weights 0 (exp(-inf - -inf) is NaN)
+        for (int32_t j = 0; j < nr_pad; ++j) sg[j] = 0.0f;
+        continue;
+      }
+      // Pad rows have score -inf, and W's exp maps -inf to exactly 0.
+      W::weights(sg, nr_pad, m, lg);
+    }
+  }
+}
 
 // The AVX-512 passes (kernels/cpu/host_kernel_avx512.cpp) for gs heads per pass, 1 to 4. Call
 // only when active_isa() is avx512 or above.
