@@ -98,8 +98,8 @@ void run(const char* mem, const float* pw, const char* where, bool strided, bool
       "{\"work\": \"%s\", \"from\": \"%s\", \"strided\": %s, \"prefetch\": %s, "
       "\"v_sweeps\": %s, \"gbs_median\": %.2f, \"gbs_best\": %.2f, \"sink\": %g}\n",
       kNames[W], where, strided ? "true" : "false", prefetch ? "true" : "false",
-      sweeps ? "true" : "false",
-      bytes / t[t.size() / 2] / 1e9, bytes / t.front() / 1e9, static_cast<double>(sink));
+      sweeps ? "true" : "false", bytes / t[t.size() / 2] / 1e9, bytes / t.front() / 1e9,
+      static_cast<double>(sink));
   std::fflush(stdout);
 }
 

@@ -70,8 +70,8 @@ using HostSoftmax = void (*)(float* s, int32_t G, int32_t nr, int32_t nr_pad, fl
 // width's target attribute, so W's functions inline there too.
 template <class W>
 __attribute__((always_inline)) inline void softmax_chunk(float* s, int32_t G, int32_t nr,
-                                                         int32_t nr_pad, float* m_run,
-                                                         float* l_run, float* acc, int32_t d) {
+                                                         int32_t nr_pad, float* m_run, float* l_run,
+                                                         float* acc, int32_t d) {
   constexpr float kNegInf = -__builtin_inff();
   constexpr int32_t kHeads = 8;
   for (int32_t g0 = 0; g0 < G; g0 += kHeads) {
