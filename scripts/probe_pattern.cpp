@@ -1,0 +1,215 @@
+// probe_pattern: the host kernel's memory access pattern without the kernel. Two threads read a
+// layer laid out as the host store keeps it (512 blocks of 512 KB: 8 KV heads' K by channel, 32 KB
+// each, then their V by row), in parts of 64 blocks taken in turn, each block's heads in turn (K of
+// head h, then its V), with the f32 kernel's arithmetic at G = 4: per K channel four 64-byte loads,
+// four q broadcasts and 16 FMAs; per V row half four loads, four p broadcasts and 16 FMAs, the V
+// block in two column sweeps (channels 0-63 of every row, then 64-127), as the AVX-512 passes read
+// it. Four layers of 256 MB are rotated, so nothing comes from L3. Per round, one JSON line of GB/s
+// (best of three calls) for:
+//   stream     the plain read of the same bytes (one slice per thread), as bench-cpu-attn's probe
+//   kernel     the kernel's order and software prefetches (to L2: the block's V during its K, the
+//              next head's K during V)
+//   no_pf      the kernel's order without software prefetches (hardware prefetchers only)
+//   loads      the kernel's order and prefetches, loads only (no FMAs)
+//   addr_no_pf V read in address order, no software prefetch (the arithmetic as `kernel`, the rows
+//              visited in another order: what a V stored by 64-column tiles would be read as)
+//   tandem     (built with -DPROBE_TANDEM) the real kernel, host_attend_groups, in this harness
+// docs/host-attention.md, 2026-11-29, twelfth session. Build and run (AVX-512 machine):
+//   g++ -O3 -std=c++20 -march=x86-64-v4 -pthread scripts/probe_pattern.cpp -o /tmp/probe_pattern
+//   (with the real kernel: add -DPROBE_TANDEM -I. before the source, build/libtandem_core.a -ltbb
+//   after it)
+//   /tmp/probe_pattern [rounds]
+#if defined(__GNUC__) && !defined(__clang__)
+// GCC 12's AVX-512 intrinsics pass _mm512_undefined_*() placeholders
+// (kernels/cpu/host_kernel_avx512.cpp).
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
+#include <immintrin.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <span>
+#include <thread>
+#include <vector>
+
+#ifdef PROBE_TANDEM
+#include "kernels/cpu/host_kernel.h"
+#endif
+
+namespace {
+
+constexpr size_t kBlock = 512 << 10, kRun = 32 << 10, kBlocks = 512, kLayer = kBlock * kBlocks;
+constexpr size_t kPart = 64;  // blocks per part; parts t, t + 2, ... go to thread t
+
+enum Variant { kStream, kKernel, kNoPf, kLoads, kAddrNoPf, kTandem };
+const char* const kNames[] = {"stream", "kernel", "no_pf", "loads", "addr_no_pf", "tandem"};
+
+alignas(64) float g_q[4 * 128], g_p[4 * 64];
+
+// Unit u of block b: K of head u / 2 (u even) or its V (u odd).
+const char* unit(const char* layer, size_t b, int u) {
+  return layer + b * kBlock + (u % 2) * (kBlock / 2) + (u / 2) * kRun;
+}
+
+template <bool kFma, bool kPf, bool kAddr>
+float kernel_like(const char* layer, int t) {
+  __m512 acc[16];
+  for (__m512& a : acc) a = _mm512_setzero_ps();
+  for (size_t part = t; part < kBlocks / kPart; part += 2)
+    for (size_t b = part * kPart; b < (part + 1) * kPart; ++b)
+      for (int u = 0; u < 16; u += 2) {
+        const char* k = unit(layer, b, u);
+        const char* v = unit(layer, b, u + 1);
+        const bool last = u == 14 && b + 1 == (part + 1) * kPart;
+        const char* pf_v = kPf ? v : nullptr;  // during K: this head's V
+        const char* pf_k = kPf && !last ? (u == 14 ? unit(layer, b + 1, 0) : unit(layer, b, u + 2))
+                                        : nullptr;  // during V: the next head's K
+        for (int c = 0; c < 128; ++c) {
+          if (pf_v != nullptr)
+            for (int z = 0; z < 4; ++z) _mm_prefetch(pf_v + c * 256 + 64 * z, _MM_HINT_T2);
+          __m512 kv[4];
+#pragma GCC unroll 4
+          for (int z = 0; z < 4; ++z) kv[z] = _mm512_load_ps(k + c * 256 + 64 * z);
+          if constexpr (!kFma) {
+#pragma GCC unroll 4
+            for (int z = 0; z < 4; ++z) acc[z] = _mm512_add_ps(acc[z], kv[z]);
+          } else {
+#pragma GCC unroll 4
+            for (int g = 0; g < 4; ++g) {
+              const __m512 qb = _mm512_set1_ps(g_q[g * 128 + c]);
+#pragma GCC unroll 4
+              for (int z = 0; z < 4; ++z)
+                acc[g * 4 + z] = _mm512_fmadd_ps(qb, kv[z], acc[g * 4 + z]);
+            }
+          }
+        }
+        for (int step = 0; step < 128; ++step) {
+          if (pf_k != nullptr)
+            for (int z = 0; z < 4; ++z) _mm_prefetch(pf_k + step * 256 + 64 * z, _MM_HINT_T2);
+          // Sweep order: row step % 64, half step / 64; address order: row step / 2, half step % 2.
+          const int r = kAddr ? step / 2 : step % 64, h = kAddr ? step % 2 : step / 64;
+          const char* row = v + r * 512 + h * 256;
+          __m512 vv[4];
+#pragma GCC unroll 4
+          for (int z = 0; z < 4; ++z) vv[z] = _mm512_load_ps(row + 64 * z);
+          if constexpr (!kFma) {
+#pragma GCC unroll 4
+            for (int z = 0; z < 4; ++z) acc[z] = _mm512_add_ps(acc[z], vv[z]);
+          } else {
+#pragma GCC unroll 4
+            for (int g = 0; g < 4; ++g) {
+              const __m512 pb = _mm512_set1_ps(g_p[g * 64 + r]);
+#pragma GCC unroll 4
+              for (int z = 0; z < 4; ++z)
+                acc[g * 4 + z] = _mm512_fmadd_ps(pb, vv[z], acc[g * 4 + z]);
+            }
+          }
+        }
+      }
+  __m512 s = acc[0];
+  for (int i = 1; i < 16; ++i) s = _mm512_add_ps(s, acc[i]);
+  return _mm512_reduce_add_ps(s);
+}
+
+float stream(const char* layer, int t) {
+  __m512 a[4];
+  for (__m512& x : a) x = _mm512_setzero_ps();
+  const size_t slice = kLayer / 2;
+  for (const char* p = layer + t * slice; p < layer + (t + 1) * slice; p += 256)
+#pragma GCC unroll 4
+    for (int z = 0; z < 4; ++z) a[z] = _mm512_add_ps(a[z], _mm512_load_ps(p + 64 * z));
+  return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a[0], a[1]), _mm512_add_ps(a[2], a[3])));
+}
+
+#ifdef PROBE_TANDEM
+// The real kernel on thread t's parts: one host_attend_groups call (8 heads) per part.
+float tandem_kernel(const char* layer, int t) {
+  std::vector<tandem::HostBlockRef> refs(8 * kPart);
+  std::vector<float> o(8 * 4 * 128), lse(8 * 4);
+  for (size_t part = t; part < kBlocks / kPart; part += 2) {
+    for (int h = 0; h < 8; ++h)
+      for (size_t j = 0; j < kPart; ++j) {
+        const char* b = layer + (part * kPart + j) * kBlock;
+        tandem::HostBlockRef r{b + h * kRun, b + kBlock / 2 + h * kRun, 64};
+        r.k_ld = 64;  // K by channel, as the host store keeps it
+        refs[h * kPart + j] = r;
+      }
+    tandem::HostGroupCall calls[8];
+    for (int h = 0; h < 8; ++h) {
+      calls[h].q = g_q;
+      calls[h].G = 4;
+      calls[h].blocks = std::span<const tandem::HostBlockRef>(refs.data() + h * kPart, kPart);
+      calls[h].o = o.data() + h * 512;
+      calls[h].lse = lse.data() + h * 4;
+    }
+    tandem::host_attend_groups(128, 0.088f, tandem::DType::kF32,
+                               std::span<const tandem::HostGroupCall>(calls, 8));
+  }
+  return o[0];
+}
+#endif
+
+float run(Variant v, const char* layer, int t) {
+  switch (v) {
+    case kStream:
+      return stream(layer, t);
+    case kKernel:
+      return kernel_like<true, true, false>(layer, t);
+    case kNoPf:
+      return kernel_like<true, false, false>(layer, t);
+    case kLoads:
+      return kernel_like<false, true, false>(layer, t);
+    case kAddrNoPf:
+      return kernel_like<true, false, true>(layer, t);
+    case kTandem:
+#ifdef PROBE_TANDEM
+      return tandem_kernel(layer, t);
+#endif
+      break;
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int rounds = argc > 1 ? std::atoi(argv[1]) : 10;
+  std::vector<Variant> variants = {kStream, kKernel, kNoPf, kLoads, kAddrNoPf};
+#ifdef PROBE_TANDEM
+  variants.push_back(kTandem);
+#endif
+  char* layers[4];
+  for (char*& l : layers) {
+    l = static_cast<char*>(std::aligned_alloc(4096, kLayer));
+    for (size_t i = 0; i < kLayer / 4; ++i) reinterpret_cast<float*>(l)[i] = (i % 97) * 1e-3f;
+  }
+  for (int i = 0; i < 4 * 128; ++i) g_q[i] = 0.01f;
+  for (int i = 0; i < 4 * 64; ++i) g_p[i] = 0.01f;
+  volatile float sink = 0;
+  int rot = 0;
+  for (int r = 0; r < rounds; ++r) {
+    std::printf("{\"unix_time\":%lld", static_cast<long long>(std::time(nullptr)));
+    for (Variant v : variants) {
+      double best = 1e30;
+      for (int rep = 0; rep < 3; ++rep) {
+        const char* layer = layers[rot++ % 4];
+        const auto t0 = std::chrono::steady_clock::now();
+        float s1 = 0;
+        std::thread other([&] { s1 = run(v, layer, 1); });
+        const float s0 = run(v, layer, 0);
+        other.join();
+        sink = sink + s0 + s1;
+        best = std::min(
+            best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      }
+      std::printf(",\"%s\":%.1f", kNames[v], kLayer / best / 1e9);
+    }
+    std::printf("}\n");
+    std::fflush(stdout);
+  }
+  for (char* l : layers) std::free(l);
+}
