@@ -13,6 +13,8 @@
 //   loads      the kernel's order and prefetches, loads only (no FMAs)
 //   addr_no_pf V read in address order, no software prefetch (the arithmetic as `kernel`, the rows
 //              visited in another order: what a V stored by 64-column tiles would be read as)
+//   addr_state addr_no_pf with q, scores and accumulators per head, kept as the kernel keeps them
+//   addr_soft  addr_state and a softmax-like step between each head's K and V
 //   tandem     (built with -DPROBE_TANDEM) the real kernel, host_attend_groups, in this harness
 // docs/host-attention.md, 2026-11-29, twelfth session. Build and run (AVX-512 machine):
 //   g++ -O3 -std=c++20 -march=x86-64-v4 -pthread scripts/probe_pattern.cpp -o /tmp/probe_pattern
@@ -23,6 +25,7 @@
 // GCC 12's AVX-512 intrinsics pass _mm512_undefined_*() placeholders
 // (kernels/cpu/host_kernel_avx512.cpp).
 #pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
 #include <immintrin.h>
 
@@ -45,17 +48,24 @@ namespace {
 constexpr size_t kBlock = 512 << 10, kRun = 32 << 10, kBlocks = 512, kLayer = kBlock * kBlocks;
 constexpr size_t kPart = 64;  // blocks per part; parts t, t + 2, ... go to thread t
 
-enum Variant { kStream, kKernel, kNoPf, kLoads, kAddrNoPf, kTandem };
-const char* const kNames[] = {"stream", "kernel", "no_pf", "loads", "addr_no_pf", "tandem"};
+enum Variant { kStream, kKernel, kNoPf, kLoads, kAddrNoPf, kAddrState, kAddrSoft, kTandem };
+const char* const kNames[] = {"stream",     "kernel",     "no_pf",     "loads",
+                              "addr_no_pf", "addr_state", "addr_soft", "tandem"};
 
 alignas(64) float g_q[4 * 128], g_p[4 * 64];
+// Per head and thread, as the kernel keeps them per call: q, the block's scores, the accumulators.
+alignas(64) float g_head_q[8][4 * 128], g_head_s[2][8][4 * 64], g_head_acc[2][8][4 * 128];
 
 // Unit u of block b: K of head u / 2 (u even) or its V (u odd).
 const char* unit(const char* layer, size_t b, int u) {
   return layer + b * kBlock + (u % 2) * (kBlock / 2) + (u / 2) * kRun;
 }
 
-template <bool kFma, bool kPf, bool kAddr>
+// kState: q, scores and accumulators per head, as the kernel keeps them (the scores stored every
+// 32 channels, the accumulators loaded and stored around each V sweep, the probabilities read from
+// the scores); kSoft: and a softmax-like step between K and V (16 score vectors through a
+// polynomial, a max and a sum, the head's accumulators rescaled).
+template <bool kFma, bool kPf, bool kAddr, bool kState = false, bool kSoft = false>
 float kernel_like(const char* layer, int t) {
   __m512 acc[16];
   for (__m512& a : acc) a = _mm512_setzero_ps();
@@ -68,7 +78,16 @@ float kernel_like(const char* layer, int t) {
         const char* pf_v = kPf ? v : nullptr;  // during K: this head's V
         const char* pf_k = kPf && !last ? (u == 14 ? unit(layer, b + 1, 0) : unit(layer, b, u + 2))
                                         : nullptr;  // during V: the next head's K
+        const float* qh = kState ? g_head_q[u / 2] : g_q;
+        float* sh = g_head_s[t][u / 2];
+        float* ah = g_head_acc[t][u / 2];
         for (int c = 0; c < 128; ++c) {
+          if (kState && c % 32 == 0 && c > 0)
+#pragma GCC unroll 16
+            for (int i = 0; i < 16; ++i) {
+              _mm512_store_ps(sh + 16 * i, _mm512_add_ps(_mm512_load_ps(sh + 16 * i), acc[i]));
+              acc[i] = _mm512_setzero_ps();
+            }
           if (pf_v != nullptr)
             for (int z = 0; z < 4; ++z) _mm_prefetch(pf_v + c * 256 + 64 * z, _MM_HINT_T2);
           __m512 kv[4];
@@ -80,14 +99,33 @@ float kernel_like(const char* layer, int t) {
           } else {
 #pragma GCC unroll 4
             for (int g = 0; g < 4; ++g) {
-              const __m512 qb = _mm512_set1_ps(g_q[g * 128 + c]);
+              const __m512 qb = _mm512_set1_ps(qh[g * 128 + c]);
 #pragma GCC unroll 4
               for (int z = 0; z < 4; ++z)
                 acc[g * 4 + z] = _mm512_fmadd_ps(qb, kv[z], acc[g * 4 + z]);
             }
           }
         }
+        if constexpr (kSoft) {
+          __m512 mx = _mm512_set1_ps(-1e30f), sum = _mm512_setzero_ps();
+          for (int i = 0; i < 16; ++i) mx = _mm512_max_ps(mx, _mm512_load_ps(sh + 16 * i));
+          for (int i = 0; i < 16; ++i) {
+            const __m512 x = _mm512_sub_ps(_mm512_load_ps(sh + 16 * i), mx);
+            __m512 p = _mm512_set1_ps(1.9e-4f);
+            for (int k = 0; k < 7; ++k) p = _mm512_fmadd_ps(p, x, _mm512_set1_ps(0.5f));
+            _mm512_store_ps(sh + 16 * i, p);
+            sum = _mm512_add_ps(sum, p);
+          }
+          for (int i = 0; i < 32; ++i)
+            _mm512_store_ps(ah + 16 * i, _mm512_mul_ps(_mm512_load_ps(ah + 16 * i), sum));
+        }
         for (int step = 0; step < 128; ++step) {
+          if (kState && step % 64 == 0)
+#pragma GCC unroll 16
+            for (int i = 0; i < 16; ++i) {
+              _mm512_store_ps(ah + 16 * i + (step / 64) * 256, acc[i]);
+              acc[i] = _mm512_load_ps(ah + 16 * i + (1 - step / 64) * 256);
+            }
           if (pf_k != nullptr)
             for (int z = 0; z < 4; ++z) _mm_prefetch(pf_k + step * 256 + 64 * z, _MM_HINT_T2);
           // Sweep order: row step % 64, half step / 64; address order: row step / 2, half step % 2.
@@ -102,7 +140,7 @@ float kernel_like(const char* layer, int t) {
           } else {
 #pragma GCC unroll 4
             for (int g = 0; g < 4; ++g) {
-              const __m512 pb = _mm512_set1_ps(g_p[g * 64 + r]);
+              const __m512 pb = _mm512_set1_ps(kState ? sh[g * 64 + r] : g_p[g * 64 + r]);
 #pragma GCC unroll 4
               for (int z = 0; z < 4; ++z)
                 acc[g * 4 + z] = _mm512_fmadd_ps(pb, vv[z], acc[g * 4 + z]);
@@ -165,6 +203,10 @@ float run(Variant v, const char* layer, int t) {
       return kernel_like<false, true, false>(layer, t);
     case kAddrNoPf:
       return kernel_like<true, false, true>(layer, t);
+    case kAddrState:
+      return kernel_like<true, false, true, true, false>(layer, t);
+    case kAddrSoft:
+      return kernel_like<true, false, true, true, true>(layer, t);
     case kTandem:
 #ifdef PROBE_TANDEM
       return tandem_kernel(layer, t);
@@ -178,7 +220,8 @@ float run(Variant v, const char* layer, int t) {
 
 int main(int argc, char** argv) {
   const int rounds = argc > 1 ? std::atoi(argv[1]) : 10;
-  std::vector<Variant> variants = {kStream, kKernel, kNoPf, kLoads, kAddrNoPf};
+  std::vector<Variant> variants = {kStream,   kKernel,    kNoPf,    kLoads,
+                                   kAddrNoPf, kAddrState, kAddrSoft};
 #ifdef PROBE_TANDEM
   variants.push_back(kTandem);
 #endif
