@@ -61,6 +61,29 @@ const char* unit(const char* layer, size_t b, int u) {
   return layer + b * kBlock + (u % 2) * (kBlock / 2) + (u / 2) * kRun;
 }
 
+// One line step of either pass: the 4 vectors at p (prefetching 4 lines at pf first, if any) into
+// the 16 accumulators, each times w[g * stride] for head g (kFma), or added once (loads only).
+template <bool kFma>
+__attribute__((always_inline)) inline void step4(__m512* acc, const char* p, const char* pf,
+                                                 const float* w, int stride) {
+  if (pf != nullptr)
+    for (int z = 0; z < 4; ++z) _mm_prefetch(pf + 64 * z, _MM_HINT_T2);
+  __m512 x[4];
+#pragma GCC unroll 4
+  for (int z = 0; z < 4; ++z) x[z] = _mm512_load_ps(p + 64 * z);
+  if constexpr (!kFma) {
+#pragma GCC unroll 4
+    for (int z = 0; z < 4; ++z) acc[z] = _mm512_add_ps(acc[z], x[z]);
+  } else {
+#pragma GCC unroll 4
+    for (int g = 0; g < 4; ++g) {
+      const __m512 b = _mm512_set1_ps(w[g * stride]);
+#pragma GCC unroll 4
+      for (int z = 0; z < 4; ++z) acc[g * 4 + z] = _mm512_fmadd_ps(b, x[z], acc[g * 4 + z]);
+    }
+  }
+}
+
 // kState: q, scores and accumulators per head, as the kernel keeps them (the scores stored every
 // 32 channels, the accumulators loaded and stored around each V sweep, the probabilities read from
 // the scores); kSoft: and a softmax-like step between K and V (16 score vectors through a
@@ -88,23 +111,7 @@ float kernel_like(const char* layer, int t) {
               _mm512_store_ps(sh + 16 * i, _mm512_add_ps(_mm512_load_ps(sh + 16 * i), acc[i]));
               acc[i] = _mm512_setzero_ps();
             }
-          if (pf_v != nullptr)
-            for (int z = 0; z < 4; ++z) _mm_prefetch(pf_v + c * 256 + 64 * z, _MM_HINT_T2);
-          __m512 kv[4];
-#pragma GCC unroll 4
-          for (int z = 0; z < 4; ++z) kv[z] = _mm512_load_ps(k + c * 256 + 64 * z);
-          if constexpr (!kFma) {
-#pragma GCC unroll 4
-            for (int z = 0; z < 4; ++z) acc[z] = _mm512_add_ps(acc[z], kv[z]);
-          } else {
-#pragma GCC unroll 4
-            for (int g = 0; g < 4; ++g) {
-              const __m512 qb = _mm512_set1_ps(qh[g * 128 + c]);
-#pragma GCC unroll 4
-              for (int z = 0; z < 4; ++z)
-                acc[g * 4 + z] = _mm512_fmadd_ps(qb, kv[z], acc[g * 4 + z]);
-            }
-          }
+          step4<kFma>(acc, k + c * 256, pf_v != nullptr ? pf_v + c * 256 : nullptr, qh + c, 128);
         }
         if constexpr (kSoft) {
           __m512 mx = _mm512_set1_ps(-1e30f), sum = _mm512_setzero_ps();
@@ -126,26 +133,10 @@ float kernel_like(const char* layer, int t) {
               _mm512_store_ps(ah + 16 * i + (step / 64) * 256, acc[i]);
               acc[i] = _mm512_load_ps(ah + 16 * i + (1 - step / 64) * 256);
             }
-          if (pf_k != nullptr)
-            for (int z = 0; z < 4; ++z) _mm_prefetch(pf_k + step * 256 + 64 * z, _MM_HINT_T2);
           // Sweep order: row step % 64, half step / 64; address order: row step / 2, half step % 2.
           const int r = kAddr ? step / 2 : step % 64, h = kAddr ? step % 2 : step / 64;
-          const char* row = v + r * 512 + h * 256;
-          __m512 vv[4];
-#pragma GCC unroll 4
-          for (int z = 0; z < 4; ++z) vv[z] = _mm512_load_ps(row + 64 * z);
-          if constexpr (!kFma) {
-#pragma GCC unroll 4
-            for (int z = 0; z < 4; ++z) acc[z] = _mm512_add_ps(acc[z], vv[z]);
-          } else {
-#pragma GCC unroll 4
-            for (int g = 0; g < 4; ++g) {
-              const __m512 pb = _mm512_set1_ps(kState ? sh[g * 64 + r] : g_p[g * 64 + r]);
-#pragma GCC unroll 4
-              for (int z = 0; z < 4; ++z)
-                acc[g * 4 + z] = _mm512_fmadd_ps(pb, vv[z], acc[g * 4 + z]);
-            }
-          }
+          step4<kFma>(acc, v + r * 512 + h * 256, pf_k != nullptr ? pf_k + step * 256 : nullptr,
+                      (kState ? sh : g_p) + r, 64);
         }
       }
   __m512 s = acc[0];
