@@ -177,9 +177,10 @@ int32_t value_steps(int32_t gs, int32_t nr, int32_t d) {
   return sweeps * nr;
 }
 
+// pf: rows of d elements (the row path's chunks; pf_row_bytes is d * sizeof(T)).
 template <typename E, int GS>
 void value_pass(const typename E::T* const* rows, int32_t nr, const float* p, float* acc, int32_t d,
-                const typename E::T* const* pf, int32_t pf_n) {
+                const typename E::T* const* pf, int32_t pf_n, int32_t /*pf_row_bytes*/) {
   RowColumnsPf<typename E::T> rp{pf, pf_n};
   value_pass_with<E, GS>(rows, nr, p, acc, d, rp);
 }
@@ -517,38 +518,56 @@ class GroupAttention {
     // The selected rows' V, prefetched during the scores (each panel its share).
     // (Locals, not b's fields or the vector's size, in these loops: through the stores GCC
     // reloaded those every row, ~8% of the kernel in cache.)
+    // Contiguous rows (every row of a block stored by rows of d) are one range of the list: one
+    // entry instead of one per row, and LineStream counts its lines at once (per row, the lists'
+    // building and line counting were a few hundred instructions per block and head).
+    const int32_t n_panels = (n + cpu::kColRows - 1) / cpu::kColRows;
     std::vector<const void*>& list = w_.rows;
-    list.resize(static_cast<size_t>(sel));
-    const void** lp = list.data();
-    if (const int32_t* idx = b.idx; idx != nullptr)
-      for (int32_t i = 0; i < sel; ++i) lp[i] = v + idx[i] * vs;
-    else
-      for (int32_t i = 0; i < sel; ++i) lp[i] = v + i * vs;
+    int32_t v_pf_bytes = row_bytes;
+    if (b.idx == nullptr && vs == d_ && n_panels == 1) {
+      list.assign(1, v);
+      v_pf_bytes = sel * row_bytes;
+    } else {
+      list.resize(static_cast<size_t>(sel));
+      const void** lp = list.data();
+      if (const int32_t* idx = b.idx; idx != nullptr)
+        for (int32_t i = 0; i < sel; ++i) lp[i] = v + idx[i] * vs;
+      else
+        for (int32_t i = 0; i < sel; ++i) lp[i] = v + i * vs;
+    }
+    const int32_t n_vpf = static_cast<int32_t>(list.size());
     // A whole block of at most one chunk (the full policy's blocks) is scored straight into the
     // chunk's score rows; otherwise into bs, whence each chunk takes its selected rows' scores.
     const bool in_place = b.idx == nullptr && n <= kChunkRows;
     const int32_t n_alloc = in_place ? kChunkRows : (n + 15) & ~15;
     if (!in_place) w_.bs.resize(static_cast<size_t>(G_) * n_alloc);
     float* bs = in_place ? w_.s.data() : w_.bs.data();
-    const int32_t n_panels = (n + cpu::kColRows - 1) / cpu::kColRows;
     for (int32_t p = 0; p < n_panels; ++p) {
       const int32_t r0 = p * cpu::kColRows, np = std::min(cpu::kColRows, n - r0);
-      const int32_t f0 = p * sel / n_panels, f1 = (p + 1) * sel / n_panels;
+      const int32_t f0 = p * n_vpf / n_panels, f1 = (p + 1) * n_vpf / n_panels;
       cols_(kt + r0, b.k_ld, np, w_.qs.data(), G_, d_, bs + r0, n_alloc,
-            reinterpret_cast<const T* const*>(list.data() + f0), f1 - f0, row_bytes);
+            reinterpret_cast<const T* const*>(list.data() + f0), f1 - f0, v_pf_bytes);
     }
-    // The next block's K (columns, or rows) as pseudo-rows of d elements over the bytes it spans,
-    // handed to the value passes' prefetch, a share per chunk.
+    // The next block's K (columns, or rows): the bytes it spans, handed to the value passes'
+    // prefetch; as one range where the selected rows make one chunk, otherwise as pseudo-rows of
+    // d elements, a share per chunk.
     list.clear();
+    int32_t k_pf_bytes = row_bytes;
     if (next != nullptr && next->s == nullptr && next->k != nullptr && next->rows() > 0) {
       const int64_t span =
           next->k_ld != 0 ? (d_ - 1) * next->k_ld + next->n
                           : int64_t{next->n - 1} * (next->stride != 0 ? next->stride : d_) + d_;
       const T* nk = static_cast<const T*>(next->k);
-      const int64_t n_rows = (span + d_ - 1) / d_, dd = d_;
-      list.resize(static_cast<size_t>(n_rows));
-      const void** np = list.data();
-      for (int64_t i = 0; i < n_rows; ++i) np[i] = nk + i * dd;
+      const int64_t span_bytes = span * static_cast<int64_t>(sizeof(T));
+      if (sel <= kChunkRows && span_bytes <= (int64_t{1} << 30)) {
+        list.assign(1, nk);
+        k_pf_bytes = static_cast<int32_t>(span_bytes);
+      } else {
+        const int64_t n_rows = (span + d_ - 1) / d_, dd = d_;
+        list.resize(static_cast<size_t>(n_rows));
+        const void** np = list.data();
+        for (int64_t i = 0; i < n_rows; ++i) np[i] = nk + i * dd;
+      }
     }
     const int32_t n_pf = static_cast<int32_t>(list.size());
     const T* const* pf = reinterpret_cast<const T* const*>(list.data());
@@ -572,7 +591,8 @@ class GroupAttention {
       const int32_t f0 = static_cast<int32_t>(int64_t{i0} * n_pf / sel);
       const int32_t f1 = static_cast<int32_t>(int64_t{i0 + m} * n_pf / sel);
       // Only the first head pass prefetches.
-      StreamPf first{LineStream(reinterpret_cast<const void* const*>(pf + f0), f1 - f0, row_bytes)};
+      StreamPf first{
+          LineStream(reinterpret_cast<const void* const*>(pf + f0), f1 - f0, k_pf_bytes)};
       StreamPf none{LineStream(nullptr, 0, 0)};
       if (avx2_) first.s.pace(value_steps(passes_[0].gs, m, d_));
       for (size_t i = 0; i < passes_.size(); ++i) {
@@ -582,7 +602,7 @@ class GroupAttention {
                                i == 0 ? first : none);
         } else {
           ps.fns.value(vp, m, s + ps.h0 * kChunkRows, w_.acc.data() + ps.h0 * d_, d_, pf + f0,
-                       i == 0 ? std::min(f1 - f0, m) : 0);
+                       i == 0 ? std::min(f1 - f0, m) : 0, k_pf_bytes);
         }
       }
       if (avx2_) first.s.rest();
@@ -628,7 +648,7 @@ class GroupAttention {
     for (size_t i = 0; i < passes_.size(); ++i) {
       const Pass& ps = passes_[i];
       ps.fns.value(vp_, nr, s + ps.h0 * kChunkRows, w_.acc.data() + ps.h0 * d_, d_, pf_rows,
-                   i == 0 ? pf_k : 0);
+                   i == 0 ? pf_k : 0, d_ * static_cast<int32_t>(sizeof(T)));
     }
   }
 

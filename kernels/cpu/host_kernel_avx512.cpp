@@ -297,13 +297,13 @@ TANDEM_AVX512 void value_block(const typename L::T* const* rows, int32_t nr, con
 // then a masked half block when d is an odd multiple of 8.
 template <class L, int GS>
 TANDEM_AVX512 void value_pass(const typename L::T* const* rows, int32_t nr, const float* p,
-                              float* acc, int32_t d, const typename L::T* const* pf, int32_t pf_n) {
+                              float* acc, int32_t d, const typename L::T* const* pf, int32_t pf_n,
+                              int32_t pf_row_bytes) {
   constexpr int CB = GS <= 2 ? 8 : 4;
   // The column sweeps below, each nr row steps: the prefetch list's lines spread over them.
   const int32_t rest = d % (16 * CB);
   const int32_t sweeps = d / (16 * CB) + rest / 32 + rest % 32 / 16 + (d % 16 != 0);
-  LineStream pl(reinterpret_cast<const void* const*>(pf), pf_n,
-                d * static_cast<int32_t>(sizeof(typename L::T)));
+  LineStream pl(reinterpret_cast<const void* const*>(pf), pf_n, pf_row_bytes);
   pl.pace(int64_t{nr} * sweeps);
   int32_t c = 0;
   for (; c + 16 * CB <= d; c += 16 * CB) value_block<L, GS, CB>(rows, nr, p, acc, d, c, kFull, pl);

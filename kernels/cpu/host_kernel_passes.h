@@ -37,8 +37,10 @@ template <typename T>
 struct HostPasses {
   void (*score)(const T* const* rows, int32_t nr, const float* q, int32_t d, float* s,
                 const T* const* pf, int32_t pf_n);
+  // pf: rows of pf_row_bytes each, prefetched over the pass (the AVX2 passes take rows of d
+  // elements, pf_row_bytes = d * sizeof(T), and prefetch each sweep's columns of them).
   void (*value)(const T* const* rows, int32_t nr, const float* p, float* acc, int32_t d,
-                const T* const* pf, int32_t pf_n);
+                const T* const* pf, int32_t pf_n, int32_t pf_row_bytes);
 };
 
 // The AVX2 cols pass (host_kernel.cpp).
