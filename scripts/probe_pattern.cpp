@@ -123,8 +123,11 @@ float kernel_like(const char* layer, int t) {
             _mm512_store_ps(sh + 16 * i, p);
             sum = _mm512_add_ps(sum, p);
           }
+          // The rescale by a factor that is 1 (as it mostly is in the kernel once the running max
+          // settles), computed from the sum so the step stays live, the accumulators bounded.
+          const __m512 a = _mm512_div_ps(sum, sum);
           for (int i = 0; i < 32; ++i)
-            _mm512_store_ps(ah + 16 * i, _mm512_mul_ps(_mm512_load_ps(ah + 16 * i), sum));
+            _mm512_store_ps(ah + 16 * i, _mm512_mul_ps(_mm512_load_ps(ah + 16 * i), a));
         }
         for (int step = 0; step < 128; ++step) {
           if (kState && step % 64 == 0)

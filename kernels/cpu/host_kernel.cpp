@@ -384,8 +384,9 @@ cpu::HostColScore<typename E::T> cols_fn() {
 // Per-thread working memory of one call, reused across calls.
 struct Scratch {
   std::vector<float> bs;          // [G, n] scores of a column-stored block, then picked per chunk
-  std::vector<const void*> rows;  // V rows of a column-stored block's selected rows; then the
-                                  // next block's K as pseudo-rows of d elements (prefetch lists)
+  std::vector<const void*> rows;  // prefetch lists of a column-stored block: its selected V
+                                  // rows, then the next block's K span (one range each when
+                                  // contiguous, else rows / pseudo-rows of d elements)
   std::vector<float> qs;          // [G, d] scale * q
   std::vector<float> acc;         // [G, d] unnormalised output
   std::vector<float> s;           // [G, kChunkRows] scores, then probabilities
@@ -515,12 +516,11 @@ class GroupAttention {
     const int64_t vs = b.stride != 0 ? b.stride : d_;
     const int32_t n = b.n, sel = b.rows();
     const int32_t row_bytes = d_ * static_cast<int32_t>(sizeof(T));
-    // The selected rows' V, prefetched during the scores (each panel its share).
-    // (Locals, not b's fields or the vector's size, in these loops: through the stores GCC
-    // reloaded those every row, ~8% of the kernel in cache.)
-    // Contiguous rows (every row of a block stored by rows of d) are one range of the list: one
-    // entry instead of one per row, and LineStream counts its lines at once (per row, the lists'
-    // building and line counting were a few hundred instructions per block and head).
+    // The selected rows' V, prefetched during the scores (each panel its share). Contiguous rows
+    // (a whole block stored by rows of d) are one range: one entry instead of one per row, whose
+    // lines LineStream counts at once (per row, building and counting the lists cost a few hundred
+    // instructions per block and head). (Locals, not b's fields or the vector's size, in the
+    // per-row loops: through the stores GCC reloaded those every row, ~8% of the kernel in cache.)
     const int32_t n_panels = (n + cpu::kColRows - 1) / cpu::kColRows;
     std::vector<const void*>& list = w_.rows;
     int32_t v_pf_bytes = row_bytes;
