@@ -126,10 +126,11 @@ void slice_rows(std::span<const HostBlockRef> blocks, int64_t r0, int64_t r1, in
       s.n_idx = static_cast<int32_t>(e - a);
     } else {
       // Rows a.. of a block: a rows further (a row stride apart), or a elements into each
-      // channel of a column-stored K.
-      const int64_t v_row = b.stride != 0 ? b.stride * elem_bytes : row_bytes;
+      // channel of a column-stored K, a tile rows into each tile of a V by tiles.
+      const int64_t k_row = b.stride != 0 ? b.stride * elem_bytes : row_bytes;
+      const int64_t v_row = b.v_tile != 0 ? kVTile * elem_bytes : k_row;
       if (b.k != nullptr)
-        s.k = static_cast<const char*>(b.k) + a * (b.k_ld != 0 ? elem_bytes : v_row);
+        s.k = static_cast<const char*>(b.k) + a * (b.k_ld != 0 ? elem_bytes : k_row);
       s.v = static_cast<const char*>(b.v) + a * v_row;
       s.n = static_cast<int32_t>(e - a);
     }

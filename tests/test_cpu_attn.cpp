@@ -56,12 +56,16 @@ struct HeadKv {
   std::vector<std::vector<float>> kf, vf;  // per block [n, d] rounded values
   std::vector<std::vector<int32_t>> idx;   // per block selection
   std::vector<int64_t> ld;                 // per block: K by columns [d, ld] (0: by rows [n, d])
+  std::vector<int64_t> vt;                 // per block: V by tiles kVTile rows apart (0: rows)
   std::vector<HostBlockRef> refs;
 
   // How the K of the blocks is stored: by rows, by columns (as the host store keeps it; the
   // column stride is the block's rows rounded up to a multiple of 7, so it is larger than the
-  // rows in most blocks, as in a partial host block), or alternately.
-  enum class KLayout { kRows, kColumns, kMixed };
+  // rows in most blocks, as in a partial host block), or alternately; the Tiles forms store V by
+  // tiles of kVTile channels (HostBlockRef::v_tile, the same capacity) where d is a multiple of
+  // kVTile, as the host store keeps it for head_dim 128: every block, or every other one (the
+  // blocks with K by columns), so that one call mixes V by rows and by tiles.
+  enum class KLayout { kRows, kColumns, kMixed, kColumnsTiles, kMixedTiles };
 
   // lens: rows per block; select: keep each row with probability keep (sorted idx), else all.
   // growth > 0 makes later keys larger, so the running max keeps growing (rescaling path).
@@ -74,10 +78,15 @@ struct HeadKv {
     int64_t row = 0;
     for (int32_t n : lens) {
       const size_t nd = static_cast<size_t>(n) * static_cast<size_t>(d);
-      const bool cols = layout == KLayout::kColumns || (layout == KLayout::kMixed && kb.size() % 2);
+      const bool mixed = layout == KLayout::kMixed || layout == KLayout::kMixedTiles;
+      const bool cols = layout == KLayout::kColumns || layout == KLayout::kColumnsTiles ||
+                        (mixed && kb.size() % 2);
+      const bool tiles = d % kVTile == 0 && cols &&
+                         (layout == KLayout::kColumnsTiles || layout == KLayout::kMixedTiles);
       ld.push_back(cols ? (n + 6) / 7 * 7 : 0);
+      vt.push_back(tiles ? ld.back() * kVTile : 0);
       kb.emplace_back(cols ? static_cast<size_t>(ld.back() * d) * es : nd * es);
-      vb.emplace_back(nd * es);
+      vb.emplace_back(tiles ? static_cast<size_t>(ld.back() * d) * es : nd * es);
       kf.emplace_back(nd);
       vf.emplace_back(nd);
       idx.emplace_back();
@@ -86,8 +95,10 @@ struct HeadKv {
         for (int32_t c = 0; c < d; ++c) {
           const int64_t i = int64_t{r} * d + c;
           const int64_t ki = ld.back() != 0 ? c * ld.back() + r : i;
+          const int64_t vi =
+              vt.back() != 0 ? (c / kVTile) * vt.back() + int64_t{r} * kVTile + c % kVTile : i;
           kf.back()[static_cast<size_t>(i)] = store_as(t, kb.back().data(), ki, gain * u(rng));
-          vf.back()[static_cast<size_t>(i)] = store_as(t, vb.back().data(), i, u(rng));
+          vf.back()[static_cast<size_t>(i)] = store_as(t, vb.back().data(), vi, u(rng));
         }
         if (select && coin(rng) < keep) idx.back().push_back(r);
       }
@@ -95,6 +106,7 @@ struct HeadKv {
     for (size_t b = 0; b < lens.size(); ++b) {
       HostBlockRef ref{kb[b].data(), vb[b].data(), lens[b]};
       ref.k_ld = ld[b];
+      ref.v_tile = vt[b];
       if (select) {
         // An empty vector's data() may be null, and a null idx means "all rows".
         static const int32_t kNone = 0;
@@ -221,7 +233,10 @@ TEST_CASE("host_attend_group matches float64 over dtypes, group sizes, head dims
         for (int32_t G : {1, 2, 3, 4, 8})
           for (const auto& lens : layouts)
             for (bool select : {false, true})
-              for (KLayout k : {KLayout::kRows, KLayout::kColumns, KLayout::kMixed}) {
+              for (KLayout k : {KLayout::kRows, KLayout::kColumns, KLayout::kMixed,
+                                KLayout::kColumnsTiles, KLayout::kMixedTiles}) {
+                if (d % kVTile != 0 && (k == KLayout::kColumnsTiles || k == KLayout::kMixedTiles))
+                  continue;  // the same as kColumns / kMixed
                 INFO("K layout " << static_cast<int>(k) << " select " << select);
                 const HeadKv head(t, d, lens, rng, select, 0.3, 0.0f, k);
                 check_kernel(head, G, rng);
@@ -235,7 +250,8 @@ TEST_CASE("host_attend_group: more than 8 heads take several passes") {
     INFO("isa " << cpu::isa_name(isa));
     std::mt19937 rng(99);
     for (int32_t G : {9, 12, 16})
-      for (auto k : {HeadKv::KLayout::kRows, HeadKv::KLayout::kColumns}) {
+      for (auto k :
+           {HeadKv::KLayout::kRows, HeadKv::KLayout::kColumns, HeadKv::KLayout::kColumnsTiles}) {
         const HeadKv head(DType::kBF16, 64, {64, 40}, rng, false, 0.3, 0.0f, k);
         check_kernel(head, G, rng);
       }
@@ -248,7 +264,8 @@ TEST_CASE("host_attend_group: a growing max rescales, large scores do not overfl
     INFO("isa " << cpu::isa_name(isa));
     std::mt19937 rng(7);
     for (DType t : kKvTypes)
-      for (auto k : {HeadKv::KLayout::kRows, HeadKv::KLayout::kColumns}) {
+      for (auto k :
+           {HeadKv::KLayout::kRows, HeadKv::KLayout::kColumns, HeadKv::KLayout::kColumnsTiles}) {
         const HeadKv growing(t, 64, {64, 64, 64, 64}, rng, false, 0.3, 0.02f, k);
         check_kernel(growing, 4, rng);
         const HeadKv plain(t, 128, {64, 64, 50}, rng, true, 0.5, 0.0f, k);
@@ -334,8 +351,8 @@ TEST_CASE("host_attend_groups: each call gives host_attend_group's bits") {
       const std::vector<std::vector<int32_t>> lens = {{64, 64, 64}, {64, 64, 64},        {64, 20},
                                                       {},           {64, 64, 64, 64, 9}, {7}};
       const int32_t gs[] = {4, 4, 2, 4, 1, 8};
-      const KLayout ks[] = {KLayout::kColumns, KLayout::kColumns, KLayout::kRows,
-                            KLayout::kColumns, KLayout::kMixed,   KLayout::kColumns};
+      const KLayout ks[] = {KLayout::kColumns, KLayout::kColumnsTiles, KLayout::kRows,
+                            KLayout::kColumns, KLayout::kMixedTiles,   KLayout::kColumns};
       std::vector<HeadKv> heads;
       std::vector<std::vector<float>> qs, o1, l1, o2, l2;
       std::vector<HostGroupCall> calls;
@@ -409,11 +426,14 @@ TEST_CASE("HostAttention: a sequence's KV heads run together, each item's bits a
 
 TEST_CASE("HostAttention splits one long item across the cores and merges it exactly") {
   std::mt19937 rng(21);
-  const int32_t G = 4, d = 64;
+  const int32_t G = 4;
   const float scale = 0.125f;
   for (DType t : kKvTypes)
     for (bool select : {false, true})
-      for (auto k : {HeadKv::KLayout::kRows, HeadKv::KLayout::kColumns}) {
+      for (auto k :
+           {HeadKv::KLayout::kRows, HeadKv::KLayout::kColumns, HeadKv::KLayout::kColumnsTiles}) {
+        // V by tiles: two tiles per row, so a cut inside a block moves into each tile.
+        const int32_t d = k == HeadKv::KLayout::kColumnsTiles ? 128 : 64;
         // 8320 rows: several parts on 2+ threads, cut inside blocks (columns: at an element offset)
         const std::vector<int32_t> lens(130, 64);
         const HeadKv head(t, d, lens, rng, select, 0.7, 0.0f, k);

@@ -94,16 +94,20 @@ void score_pass(const typename E::T* const* rows, int32_t nr, const float* q, in
 
 // acc[g, c .. c + 8 CB) += sum_j p[g * kChunkRows + j] * v_j[c ...] for column blocks of 8 * CB
 // starting at *c while they fit in d; advances *c. GS * CB accumulators stay in registers over
-// the chunk's rows; each V load serves GS heads, each broadcast CB blocks. Each sweep also
+// the chunk's rows; each V load serves GS heads, each broadcast CB blocks. Block b of a row is at
+// off[b] from the row's pointer (cpu::v_column: in the row, or in its tile). Each sweep also
 // prefetches: Pf::row(j, c0, bytes) per row j (below).
 template <typename E, int GS, int CB, class Pf>
 void value_cols(const typename E::T* const* rows, int32_t nr, const float* p, float* acc, int32_t d,
-                int32_t* c, Pf& pf_io) {
+                int64_t v_tile, int32_t* c, Pf& pf_io) {
   constexpr int32_t kBlockBytes = 8 * CB * static_cast<int32_t>(sizeof(typename E::T));
   constexpr bool kPinV = GS >= 2;  // v used GS times per load
   Pf pf = pf_io;                   // in registers over the loops
   for (; *c + 8 * CB <= d; *c += 8 * CB) {
     const int32_t c0 = *c;
+    int64_t off[CB];
+#pragma GCC unroll 12
+    for (int b = 0; b < CB; ++b) off[b] = cpu::v_column(c0 + 8 * b, v_tile);
     __m256 o[GS * CB];
 #pragma GCC unroll 12
     for (int g = 0; g < GS; ++g)
@@ -111,13 +115,13 @@ void value_cols(const typename E::T* const* rows, int32_t nr, const float* p, fl
       for (int b = 0; b < CB; ++b) o[g * CB + b] = _mm256_loadu_ps(acc + g * d + c0 + 8 * b);
     for (int32_t j = 0; j < nr; ++j) {
       pf.row(j, c0, kBlockBytes);
-      const typename E::T* vr = rows[j] + c0;
+      const typename E::T* vr = rows[j];
       __m256 w[GS];
 #pragma GCC unroll 8
       for (int g = 0; g < GS; ++g) w[g] = _mm256_broadcast_ss(p + g * kChunkRows + j);
 #pragma GCC unroll 12
       for (int b = 0; b < CB; ++b) {
-        __m256 v = E::load8(vr + 8 * b);
+        __m256 v = E::load8(vr + off[b]);
         if constexpr (kPinV) TANDEM_IN_REGISTER(v);
 #pragma GCC unroll 8
         for (int g = 0; g < GS; ++g) o[g * CB + b] = _mm256_fmadd_ps(w[g], v, o[g * CB + b]);
@@ -155,13 +159,13 @@ constexpr int value_cb(int gs) { return gs == 1 ? 8 : gs == 2 ? 6 : 2; }
 // narrower ones for the remaining columns.
 template <typename E, int GS, class Pf>
 void value_pass_with(const typename E::T* const* rows, int32_t nr, const float* p, float* acc,
-                     int32_t d, Pf& pf) {
+                     int32_t d, int64_t v_tile, Pf& pf) {
   constexpr int CB = value_cb(GS);
   int32_t c = 0;
-  value_cols<E, GS, CB>(rows, nr, p, acc, d, &c, pf);
-  if constexpr (CB > 4) value_cols<E, GS, 4>(rows, nr, p, acc, d, &c, pf);
-  if constexpr (CB > 2) value_cols<E, GS, 2>(rows, nr, p, acc, d, &c, pf);
-  value_cols<E, GS, 1>(rows, nr, p, acc, d, &c, pf);
+  value_cols<E, GS, CB>(rows, nr, p, acc, d, v_tile, &c, pf);
+  if constexpr (CB > 4) value_cols<E, GS, 4>(rows, nr, p, acc, d, v_tile, &c, pf);
+  if constexpr (CB > 2) value_cols<E, GS, 2>(rows, nr, p, acc, d, v_tile, &c, pf);
+  value_cols<E, GS, 1>(rows, nr, p, acc, d, v_tile, &c, pf);
 }
 
 // Row steps (rows times column sweeps) of value_pass_with for gs heads.
@@ -180,25 +184,26 @@ int32_t value_steps(int32_t gs, int32_t nr, int32_t d) {
 // pf: rows of d elements (the row path's chunks; pf_row_bytes is d * sizeof(T)).
 template <typename E, int GS>
 void value_pass(const typename E::T* const* rows, int32_t nr, const float* p, float* acc, int32_t d,
-                const typename E::T* const* pf, int32_t pf_n, int32_t /*pf_row_bytes*/) {
+                int64_t v_tile, const typename E::T* const* pf, int32_t pf_n,
+                int32_t /*pf_row_bytes*/) {
   RowColumnsPf<typename E::T> rp{pf, pf_n};
-  value_pass_with<E, GS>(rows, nr, p, acc, d, rp);
+  value_pass_with<E, GS>(rows, nr, p, acc, d, v_tile, rp);
 }
 
 // The value pass of a column-stored block's chunk on the AVX2 path, its prefetches a LineStream
 // paced over its row steps. (The AVX-512 value passes pace their own over theirs.)
 template <typename E>
 void value_pass_stream(int32_t gs, const typename E::T* const* rows, int32_t nr, const float* p,
-                       float* acc, int32_t d, StreamPf& pf) {
+                       float* acc, int32_t d, int64_t v_tile, StreamPf& pf) {
   switch (gs) {
     case 1:
-      return value_pass_with<E, 1>(rows, nr, p, acc, d, pf);
+      return value_pass_with<E, 1>(rows, nr, p, acc, d, v_tile, pf);
     case 2:
-      return value_pass_with<E, 2>(rows, nr, p, acc, d, pf);
+      return value_pass_with<E, 2>(rows, nr, p, acc, d, v_tile, pf);
     case 3:
-      return value_pass_with<E, 3>(rows, nr, p, acc, d, pf);
+      return value_pass_with<E, 3>(rows, nr, p, acc, d, v_tile, pf);
     default:
-      return value_pass_with<E, 4>(rows, nr, p, acc, d, pf);
+      return value_pass_with<E, 4>(rows, nr, p, acc, d, v_tile, pf);
   }
 }
 
@@ -384,9 +389,10 @@ cpu::HostColScore<typename E::T> cols_fn() {
 // Per-thread working memory of one call, reused across calls.
 struct Scratch {
   std::vector<float> bs;          // [G, n] scores of a column-stored block, then picked per chunk
-  std::vector<const void*> rows;  // prefetch lists of a column-stored block: its selected V
+  std::vector<const void*> rows;  // prefetch lists: of a column-stored block, its selected V
                                   // rows, then the next block's K span (one range each when
-                                  // contiguous, else rows / pseudo-rows of d elements)
+                                  // contiguous, else rows / pseudo-rows of d elements); of a
+                                  // chunk with given scores, the next chunk's V by tiles' pieces
   std::vector<float> qs;          // [G, d] scale * q
   std::vector<float> acc;         // [G, d] unnormalised output
   std::vector<float> s;           // [G, kChunkRows] scores, then probabilities
@@ -436,6 +442,17 @@ class GroupAttention {
       for (int32_t i = 0; i < b.n_idx; ++i)
         TANDEM_CHECK(b.idx[i] >= 0 && b.idx[i] < b.n, "host block idx ", b.idx[i], " outside [0, ",
                      b.n, ")");
+    if (b.v_tile != 0)
+      TANDEM_CHECK(b.stride == 0 && d_ % kVTile == 0 && b.v_tile >= int64_t{b.n} * kVTile,
+                   "host block V tiles ", b.v_tile, " apart: head_dim ", d_, ", ", b.n,
+                   " rows, row stride ", b.stride);
+    // The rows of a chunk share one V layout: a change processes the chunks held first.
+    if (b.v_tile != v_tile_) {
+      flush_rows();
+      v_tile_ = b.v_tile;
+    }
+    // From a row's pointer to the next row's: by rows, or within a tile.
+    const int64_t vd = v_tile_ != 0 ? kVTile : d;
     if (b.k_ld != 0 && !scored_) return add_cols(b, next);
     // Whole runs of rows at a time: the row pointers of a chunk are written by a plain loop,
     // one chunk-full test per run (per row, the bookkeeping cost ~8% of the kernel in cache).
@@ -445,13 +462,13 @@ class GroupAttention {
       if (b.idx == nullptr && !scored_) {
         for (int32_t j = 0; j < n; ++j) {
           c.k[c.n + j] = k + (i + j) * d;
-          c.v[c.n + j] = v + (i + j) * d;
+          c.v[c.n + j] = v + (i + j) * vd;
         }
       } else {
         for (int32_t j = 0; j < n; ++j) {
           const int64_t r = b.idx != nullptr ? b.idx[i + j] : i + j;
           c.k[c.n + j] = scored_ ? nullptr : k + r * d;
-          c.v[c.n + j] = v + r * d;
+          c.v[c.n + j] = v + r * vd;
           c.z[c.n + j] = scored_ ? b.s + int64_t{i + j} * G_ : nullptr;
         }
       }
@@ -513,7 +530,7 @@ class GroupAttention {
     TANDEM_CHECK(b.k_ld >= b.n, "host block K column stride ", b.k_ld, " < ", b.n, " rows");
     const T* kt = static_cast<const T*>(b.k);
     const T* v = static_cast<const T*>(b.v);
-    const int64_t vs = b.stride != 0 ? b.stride : d_;
+    const int64_t vs = v_tile_ != 0 ? kVTile : b.stride != 0 ? b.stride : d_;
     const int32_t n = b.n, sel = b.rows();
     const int32_t row_bytes = d_ * static_cast<int32_t>(sizeof(T));
     // The selected rows' V, prefetched during the scores (each panel its share). Contiguous rows
@@ -527,6 +544,22 @@ class GroupAttention {
     if (b.idx == nullptr && vs == d_ && n_panels == 1) {
       list.assign(1, v);
       v_pf_bytes = sel * row_bytes;
+    } else if (b.idx == nullptr && v_tile_ != 0 && n_panels == 1) {
+      // The block's rows of each tile: one range per tile.
+      const int32_t tiles = d_ / kVTile;
+      list.resize(static_cast<size_t>(tiles));
+      for (int32_t t = 0; t < tiles; ++t) list[static_cast<size_t>(t)] = v + t * v_tile_;
+      v_pf_bytes = sel * kVTile * static_cast<int32_t>(sizeof(T));
+    } else if (v_tile_ != 0) {
+      // Each selected row's piece of every tile.
+      const int32_t tiles = d_ / kVTile;
+      v_pf_bytes = kVTile * static_cast<int32_t>(sizeof(T));
+      list.resize(static_cast<size_t>(sel) * tiles);
+      const void** lp = list.data();
+      for (int32_t i = 0; i < sel; ++i) {
+        const T* r = v + (b.idx != nullptr ? b.idx[i] : i) * vs;
+        for (int32_t t = 0; t < tiles; ++t) lp[i * tiles + t] = r + t * v_tile_;
+      }
     } else {
       list.resize(static_cast<size_t>(sel));
       const void** lp = list.data();
@@ -599,10 +632,10 @@ class GroupAttention {
         const Pass& ps = passes_[i];
         if (avx2_) {
           value_pass_stream<E>(ps.gs, vp, m, s + ps.h0 * kChunkRows, w_.acc.data() + ps.h0 * d_, d_,
-                               i == 0 ? first : none);
+                               v_tile_, i == 0 ? first : none);
         } else {
-          ps.fns.value(vp, m, s + ps.h0 * kChunkRows, w_.acc.data() + ps.h0 * d_, d_, pf + f0,
-                       i == 0 ? std::min(f1 - f0, m) : 0, k_pf_bytes);
+          ps.fns.value(vp, m, s + ps.h0 * kChunkRows, w_.acc.data() + ps.h0 * d_, d_, v_tile_,
+                       pf + f0, i == 0 ? std::min(f1 - f0, m) : 0, k_pf_bytes);
         }
       }
       if (avx2_) first.s.rest();
@@ -632,8 +665,25 @@ class GroupAttention {
     // the throughput from memory, nothing lost in cache): the score pass prefetches this
     // chunk's V rows, the column sweeps of the values the next chunk's K rows, column by column.
     // With given scores there are no K rows: the next chunk's V rows are prefetched instead.
-    const int32_t pf_k = next != nullptr ? next->n : 0;
+    // V by tiles: a row's bytes are one piece per tile, so the lists of V rows become lists of
+    // pieces (the AVX-512 value passes take pieces of any size; the AVX2 ones and the score
+    // passes rows of d elements, so there V by tiles is not prefetched).
+    int32_t pf_k = next != nullptr ? next->n : 0;
     const T* const* pf_rows = next == nullptr ? nullptr : scored_ ? next->v : next->k;
+    int32_t pf_bytes = d_ * static_cast<int32_t>(sizeof(T));
+    if (v_tile_ != 0 && scored_ && pf_k > 0) {
+      if (avx2_) {
+        pf_k = 0;
+      } else {
+        const int32_t tiles = d_ / kVTile;
+        w_.rows.resize(static_cast<size_t>(pf_k) * tiles);
+        for (int32_t j = 0; j < pf_k; ++j)
+          for (int32_t t = 0; t < tiles; ++t) w_.rows[j * tiles + t] = next->v[j] + t * v_tile_;
+        pf_rows = reinterpret_cast<const T* const*>(w_.rows.data());
+        pf_k *= tiles;
+        pf_bytes = kVTile * static_cast<int32_t>(sizeof(T));
+      }
+    }
     if (scored_) {
       for (int32_t j = 0; j < nr; ++j)
         for (int32_t g = 0; g < G_; ++g) s[g * kChunkRows + j] = chunk.z[j][g];
@@ -641,14 +691,14 @@ class GroupAttention {
       for (size_t i = 0; i < passes_.size(); ++i) {
         const Pass& ps = passes_[i];
         ps.fns.score(kp_, nr_pad, w_.qs.data() + ps.h0 * d_, d_, s + ps.h0 * kChunkRows, vp_,
-                     i == 0 ? nr : 0);
+                     i == 0 && v_tile_ == 0 ? nr : 0);
       }
     }
     softmax_(s, G_, nr, nr_pad, w_.m.data(), w_.l.data(), w_.acc.data(), d_);
     for (size_t i = 0; i < passes_.size(); ++i) {
       const Pass& ps = passes_[i];
-      ps.fns.value(vp_, nr, s + ps.h0 * kChunkRows, w_.acc.data() + ps.h0 * d_, d_, pf_rows,
-                   i == 0 ? pf_k : 0, d_ * static_cast<int32_t>(sizeof(T)));
+      ps.fns.value(vp_, nr, s + ps.h0 * kChunkRows, w_.acc.data() + ps.h0 * d_, d_, v_tile_,
+                   pf_rows, i == 0 ? pf_k : 0, pf_bytes);
     }
   }
 
@@ -661,6 +711,7 @@ class GroupAttention {
   Scratch& w_;
   std::vector<Pass> passes_;
   Chunk chunks_[2];
+  int64_t v_tile_ = 0;    // V layout of the rows held (HostBlockRef::v_tile)
   int fill_ = 0;          // chunk being filled
   bool pending_ = false;  // the other chunk is full and waits for this one
 };

@@ -30,6 +30,12 @@ struct HostBlockRef {
   // k[c * k_ld + i], k_ld >= n (the block's row capacity); 0 = K by rows like V (stride above).
   // Rows a.. of such a block start at k + a.
   int64_t k_ld = 0;
+  // V stored by tiles of kVTile channels, as the host store keeps it when head_dim is a larger
+  // multiple of kVTile: element (row i, channel c) at v[(c / kVTile) * v_tile + i * kVTile +
+  // c % kVTile], v_tile >= n * kVTile (the block's row capacity times kVTile); 0 = V by rows
+  // (stride above, which must then be 0). The value passes then read V in address order, one
+  // tile after the other, which the hardware prefetchers follow (docs/host-attention.md).
+  int64_t v_tile = 0;
   // Optional given scores (value offload): s[i * G + g] is the score, already scaled, of the
   // block's i-th selected row for query head g of the call; K is then not read (k may be null).
   const float* s = nullptr;
@@ -37,6 +43,10 @@ struct HostBlockRef {
   // Rows this block contributes.
   int32_t rows() const { return idx != nullptr ? n_idx : n; }
 };
+
+// Channels per tile of a V stored by tiles (HostBlockRef::v_tile): the columns one value sweep of
+// the AVX-512 passes covers for 3-4 heads.
+inline constexpr int32_t kVTile = 64;
 
 // Rows per chunk of the online softmax (one max update and rescale per chunk): a host block of
 // 64 tokens is one chunk, so its scores go from the cols pass to the softmax in place.

@@ -202,11 +202,16 @@ TANDEM_AVX512 void score_pass16(const typename L::T* const* rows, int32_t nr, co
 
 // acc[g, c0 .. c0 + 16 CB) += sum_j p[g * kChunkRows + j] * v_j[c0 ...]; the last block masked
 // with m. GS * CB accumulators stay in registers over the chunk's rows; each V load serves GS
-// heads. pf (the pass's prefetch stream) ticks once per row.
+// heads. pf (the pass's prefetch stream) ticks once per row. Block b of a row is at off[b] from
+// the row's pointer (v_column: in the row, or in its tile; a block never straddles two tiles).
 template <class L, int GS, int CB>
 TANDEM_AVX512 void value_block(const typename L::T* const* rows, int32_t nr, const float* p,
-                               float* acc, int32_t d, int32_t c0, __mmask16 m, LineStream& pf_io) {
+                               float* acc, int32_t d, int64_t v_tile, int32_t c0, __mmask16 m,
+                               LineStream& pf_io) {
   LineStream pf = pf_io;  // in registers over the loops
+  int64_t off[CB];
+#pragma GCC unroll 8
+  for (int b = 0; b < CB; ++b) off[b] = v_column(c0 + 16 * b, v_tile);
   // bf16 with whole 32-channel pairs of blocks: one 64-byte load per pair, widened by shift
   // (even channels) and mask (odd ones), as the cols pass does; the pair's accumulators then
   // hold the even and the odd channels, permuted from and back to acc's order around the rows.
@@ -229,13 +234,13 @@ TANDEM_AVX512 void value_block(const typename L::T* const* rows, int32_t nr, con
       const __m512i hi_mask = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
       for (int32_t j = 0; j < nr; ++j) {
         pf.tick_many();
-        const uint16_t* vr = rows[j] + c0;
+        const uint16_t* vr = rows[j];
         __m512 w[GS];
 #pragma GCC unroll 4
         for (int g = 0; g < GS; ++g) w[g] = _mm512_set1_ps(p[g * kChunkRows + j]);
 #pragma GCC unroll 4
         for (int b = 0; b < CB; b += 2) {
-          const __m512i x = _mm512_loadu_si512(vr + 16 * b);
+          const __m512i x = _mm512_loadu_si512(vr + off[b]);
           __m512 ve = _mm512_castsi512_ps(_mm512_slli_epi32(x, 16));
           __m512 vo = _mm512_castsi512_ps(_mm512_and_si512(x, hi_mask));
           if constexpr (GS >= 2) {
@@ -273,13 +278,13 @@ TANDEM_AVX512 void value_block(const typename L::T* const* rows, int32_t nr, con
       o[g * CB + b] = _mm512_maskz_loadu_ps(b == CB - 1 ? m : kFull, acc + g * d + c0 + 16 * b);
   for (int32_t j = 0; j < nr; ++j) {
     pf.tick_many();
-    const typename L::T* vr = rows[j] + c0;
+    const typename L::T* vr = rows[j];
     __m512 w[GS];
 #pragma GCC unroll 4
     for (int g = 0; g < GS; ++g) w[g] = _mm512_set1_ps(p[g * kChunkRows + j]);
 #pragma GCC unroll 8
     for (int b = 0; b < CB; ++b) {
-      __m512 v = L::load(vr + 16 * b, b == CB - 1 ? m : kFull);
+      __m512 v = L::load(vr + off[b], b == CB - 1 ? m : kFull);
       if constexpr (GS >= 2) TANDEM_ZMM_IN_REGISTER(v);
 #pragma GCC unroll 4
       for (int g = 0; g < GS; ++g) o[g * CB + b] = _mm512_fmadd_ps(w[g], v, o[g * CB + b]);
@@ -297,8 +302,8 @@ TANDEM_AVX512 void value_block(const typename L::T* const* rows, int32_t nr, con
 // then a masked half block when d is an odd multiple of 8.
 template <class L, int GS>
 TANDEM_AVX512 void value_pass(const typename L::T* const* rows, int32_t nr, const float* p,
-                              float* acc, int32_t d, const typename L::T* const* pf, int32_t pf_n,
-                              int32_t pf_row_bytes) {
+                              float* acc, int32_t d, int64_t v_tile, const typename L::T* const* pf,
+                              int32_t pf_n, int32_t pf_row_bytes) {
   constexpr int CB = GS <= 2 ? 8 : 4;
   // The column sweeps below, each nr row steps: the prefetch list's lines spread over them.
   const int32_t rest = d % (16 * CB);
@@ -306,11 +311,12 @@ TANDEM_AVX512 void value_pass(const typename L::T* const* rows, int32_t nr, cons
   LineStream pl(reinterpret_cast<const void* const*>(pf), pf_n, pf_row_bytes);
   pl.pace(int64_t{nr} * sweeps);
   int32_t c = 0;
-  for (; c + 16 * CB <= d; c += 16 * CB) value_block<L, GS, CB>(rows, nr, p, acc, d, c, kFull, pl);
+  for (; c + 16 * CB <= d; c += 16 * CB)
+    value_block<L, GS, CB>(rows, nr, p, acc, d, v_tile, c, kFull, pl);
   if constexpr (CB > 2)
-    for (; c + 32 <= d; c += 32) value_block<L, GS, 2>(rows, nr, p, acc, d, c, kFull, pl);
-  for (; c + 16 <= d; c += 16) value_block<L, GS, 1>(rows, nr, p, acc, d, c, kFull, pl);
-  if (c < d) value_block<L, GS, 1>(rows, nr, p, acc, d, c, kHalf, pl);
+    for (; c + 32 <= d; c += 32) value_block<L, GS, 2>(rows, nr, p, acc, d, v_tile, c, kFull, pl);
+  for (; c + 16 <= d; c += 16) value_block<L, GS, 1>(rows, nr, p, acc, d, v_tile, c, kFull, pl);
+  if (c < d) value_block<L, GS, 1>(rows, nr, p, acc, d, v_tile, c, kHalf, pl);
   pl.rest();
 }
 

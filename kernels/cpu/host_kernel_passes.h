@@ -5,7 +5,9 @@
 //          multiple of 16); rows: nr pointers to K rows of d elements; q: f32 [gs, d],
 //          pre-scaled. Rows pf[0, pf_n) are prefetched along the way.
 //   value  acc[g * d + c] += sum over j < nr of p[g * kChunkRows + j] * v_j[c]; rows: nr pointers
-//          to V rows. The columns of rows pf[0, pf_n) are prefetched along the way.
+//          to V rows, or with v_tile > 0 (V by tiles, HostBlockRef::v_tile) to the rows' first
+//          tile: v_j[c] at rows[j][(c / kVTile) * v_tile + c % kVTile]. The columns of rows
+//          pf[0, pf_n) are prefetched along the way.
 //   cols   s[g * s_stride + i] = q_g . k_i for all G heads and rows i in [0, n), n <= kColRows,
 //          of a block whose K is stored by columns (element (i, c) at kt[c * ld + i]): the pass
 //          reads K in address order, channel after channel, each channel's rows as whole
@@ -40,8 +42,14 @@ struct HostPasses {
   // pf: rows of pf_row_bytes each, prefetched over the pass (the AVX2 passes take rows of d
   // elements, pf_row_bytes = d * sizeof(T), and prefetch each sweep's columns of them).
   void (*value)(const T* const* rows, int32_t nr, const float* p, float* acc, int32_t d,
-                const T* const* pf, int32_t pf_n, int32_t pf_row_bytes);
+                int64_t v_tile, const T* const* pf, int32_t pf_n, int32_t pf_row_bytes);
 };
+
+// Where channel c of a V row is, from the row's start: c itself by rows (v_tile 0), else in its
+// tile (v_tile elements from one tile to the next; HostBlockRef::v_tile).
+inline int64_t v_column(int32_t c, int64_t v_tile) {
+  return v_tile == 0 ? c : (c / kVTile) * v_tile + c % kVTile;
+}
 
 // The AVX2 cols pass (host_kernel.cpp).
 HostColScore<float> host_cols_avx2_f32();
