@@ -1,8 +1,10 @@
-// BlockAccess's host K by channel: row reads and writes (strided by the block's tokens) and the
-// transpose back to rows. Not on the host attention's path, which reads the columns in place.
+// BlockAccess's host K by channel and V by tiles: row reads and writes (strided by the block's
+// tokens) and the conversion back to rows. Not on the host attention's path, which reads the
+// blocks in place.
 #include "kvstore/block_access.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "kernels/cpu/simd.h"
 
@@ -84,6 +86,36 @@ void BlockAccess::host_k_as_rows(int32_t id, uint8_t* out) const {
       break;
   }
   TANDEM_CHECK(false, "host K of ", dtype_name(layout.dtype));
+}
+
+void BlockAccess::read_host_v_row(int32_t id, int32_t g, int32_t t, float* out) const {
+  const int32_t d = layout.head_dim, w = layout.host_v_tiled() ? kVTile : d;
+  const int64_t es = dtype_size(layout.dtype);
+  for (int32_t c0 = 0; c0 < d; c0 += w)
+    cpu::row_to_f32(host_v(id) + host_v_elem(g, t, c0) * es, layout.dtype, out + c0, w);
+}
+
+void BlockAccess::write_host_v_row(int32_t id, int32_t g, int32_t t, const float* in) const {
+  const int32_t d = layout.head_dim, w = layout.host_v_tiled() ? kVTile : d;
+  const int64_t es = dtype_size(layout.dtype);
+  for (int32_t c0 = 0; c0 < d; c0 += w)
+    cpu::row_from_f32(in + c0, host_v(id) + host_v_elem(g, t, c0) * es, layout.dtype, w);
+}
+
+void BlockAccess::host_v_as_rows(int32_t id, uint8_t* out) const {
+  const int32_t hkv = layout.n_head_kv, d = layout.head_dim, b = layout.tokens;
+  const int64_t es = dtype_size(layout.dtype);
+  if (!layout.host_v_tiled()) {
+    std::memcpy(out, host_v(id), static_cast<size_t>(layout.dev_kv_bytes()));
+    return;
+  }
+  // Each tile row (kVTile channels of one token) to its place in the token's row.
+  const size_t run = static_cast<size_t>(kVTile * es);
+  for (int32_t g = 0; g < hkv; ++g)
+    for (int32_t c0 = 0; c0 < d; c0 += kVTile)
+      for (int32_t t = 0; t < b; ++t)
+        std::memcpy(out + ((int64_t{g} * b + t) * d + c0) * es,
+                    host_v(id) + host_v_elem(g, t, c0) * es, run);
 }
 
 }  // namespace tandem

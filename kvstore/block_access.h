@@ -1,7 +1,8 @@
 // BlockAccess: where the bytes of a block are, for both tiers of a store: the device block as
 // the backend sees it, the host's side of it (the block itself where the host can read backend
 // memory, else its mirror), and the host block's K, V, MAW and Quest digest. Host K is stored by
-// channel (kvstore/block_table.h): its readers and writers go through the accessors here.
+// channel and host V by tiles of channels (kvstore/block_table.h): their readers and writers go
+// through the accessors here.
 #pragma once
 
 #include "kernels/backend.h"
@@ -54,6 +55,25 @@ struct BlockAccess {
   // of --device-budget).
   void host_k_as_rows(int32_t id, uint8_t* out) const;
   uint8_t* host_v(int32_t id) const { return host_k(id) + layout.dev_kv_bytes(); }
+  // Host V: the element offset from host_v(id) of (token t, channel c) of head g (by tiles of
+  // kVTile channels where layout.host_v_tiled(), else by rows).
+  int64_t host_v_elem(int32_t g, int32_t t, int32_t c) const {
+    const int64_t head = int64_t{g} * layout.tokens * layout.head_dim;
+    if (!layout.host_v_tiled()) return head + int64_t{t} * layout.head_dim + c;
+    return head + (c / kVTile) * layout.host_v_tile() + int64_t{t} * kVTile + c % kVTile;
+  }
+  // Head g's V in host block id (HostBlockRef::v, with v_tile = layout.host_v_tile()).
+  uint8_t* host_v_head(int32_t id, int32_t g) const {
+    return host_v(id) + host_v_elem(g, 0, 0) * dtype_size(layout.dtype);
+  }
+  // Row t of head g's V: head_dim values as f32 (exact from f16 and bf16).
+  void read_host_v_row(int32_t id, int32_t g, int32_t t, float* out) const;
+  // Row t of head g's V <- in (head_dim f32), rounded to the store's dtype as cpu::row_from_f32
+  // rounds.
+  void write_host_v_row(int32_t id, int32_t g, int32_t t, const float* in) const;
+  // The block's V in the row layout [Hkv, tokens, d] of the store's dtype (dev_kv_bytes() at
+  // out), for the readers that take V by rows (as host_k_as_rows for K).
+  void host_v_as_rows(int32_t id, uint8_t* out) const;
   float* host_kmin(int32_t id) const {
     return reinterpret_cast<float*>(host_k(id) + 2 * layout.dev_kv_bytes());
   }

@@ -9,6 +9,7 @@
 #include <memory>
 #include <vector>
 
+#include "kernels/cpu/host_kernel.h"
 #include "kernels/dtype.h"
 #include "kvstore/kv_config.h"
 #include "kvstore/step_plan.h"
@@ -26,17 +27,23 @@ struct BlockLayout {
   }
   int64_t dev_bytes() const { return 2 * dev_kv_bytes() + int64_t{tokens} * n_head_kv * 4; }
   // Host block: K [n_head_kv, head_dim, tokens] (by channel per head: the CPU attention's score
-  // pass then reads K in address order, each channel's tokens contiguous), V [n_head_kv, tokens,
-  // head_dim], digest min and max f32 [n_head_kv, head_dim] each, then with --value-offload the
-  // key codes u8 [n_head_kv, tokens, code_row_bytes()]. K and V take dev_kv_bytes() each, as on
-  // the device. Its bytes are a function of the tokens alone (immutable once full), so the prefix
-  // cache can share it; the MAW values live with each sequence. Read and write host K through
-  // BlockAccess (kvstore/block_access.h), never by hand.
+  // pass then reads K in address order, each channel's tokens contiguous), V [n_head_kv,
+  // head_dim / kVTile, tokens, kVTile] (by tiles of kVTile channels per head, host_v_tiled(): the
+  // value passes then read V in address order too) or, for a head_dim that is not a larger
+  // multiple of kVTile, [n_head_kv, tokens, head_dim], digest min and max f32 [n_head_kv, head_dim]
+  // each, then with --value-offload the key codes u8 [n_head_kv, tokens, code_row_bytes()]. K and V
+  // take dev_kv_bytes() each, as on the device. Its bytes are a function of the tokens alone
+  // (immutable once full), so the prefix cache can share it; the MAW values live with each
+  // sequence. Read and write host K through BlockAccess (kvstore/block_access.h), never by hand.
   int64_t code_row_bytes() const { return int64_t{head_dim} * key_bits / 8; }
   int64_t code_bytes() const { return int64_t{n_head_kv} * tokens * code_row_bytes(); }
   int64_t host_bytes() const {
     return 2 * dev_kv_bytes() + 2 * int64_t{n_head_kv} * head_dim * 4 + code_bytes();
   }
+  // Whether host V is stored by tiles, and the elements from one tile of a head to the next
+  // (HostBlockRef::v_tile; 0: by rows).
+  bool host_v_tiled() const { return head_dim > kVTile && head_dim % kVTile == 0; }
+  int64_t host_v_tile() const { return host_v_tiled() ? int64_t{tokens} * kVTile : 0; }
   int64_t maw_floats() const { return int64_t{tokens} * n_head_kv; }  // per host block
 };
 

@@ -257,7 +257,8 @@ void HybridRunner::host_partial_dense(Backend& be, const Seq& s, int32_t layer, 
   const int64_t bytes = bk.layout.dev_kv_bytes(), elems = bytes / dtype_size(dt);  // a block's K
   const int64_t nb = static_cast<int64_t>(l.host.size());
   // The paged attention takes K and V by rows: each host block's K is transposed back from its
-  // columns to [head][token][channel] (BlockAccess::host_k_as_rows), V is already so. The blocks
+  // columns to [head][token][channel] (BlockAccess::host_k_as_rows), V from its tiles
+  // (host_v_as_rows; a V by rows is already so). The blocks
   // lie page after page (page j at element j * elems, for K and V alike) in host staging read in
   // place (host-accessible backend; V is copied beside K there, as the pages of K and V share
   // their offsets), or in the staging span, uploaded block by block (device backend); viewed as
@@ -275,7 +276,7 @@ void HybridRunner::host_partial_dense(Backend& be, const Seq& s, int32_t layer, 
     for (int64_t j = 0; j < nb; ++j) {
       const int32_t id = l.host[static_cast<size_t>(j)];
       bk.host_k_as_rows(id, k_rows + j * bytes);
-      std::memcpy(v_rows + j * bytes, bk.host_v(id), static_cast<size_t>(bytes));
+      bk.host_v_as_rows(id, v_rows + j * bytes);
     }
     kv.data = k_rows;
     vv.data = v_rows;
@@ -290,14 +291,19 @@ void HybridRunner::host_partial_dense(Backend& be, const Seq& s, int32_t layer, 
       st.v = Buffer(sh_.backend, dt, {cap});
       st.elems = cap;
     }
-    // One block's K rows at a time: upload lets its source be reused once it returns.
+    // One block's K (and tiled V) rows at a time: upload lets its source be reused once it
+    // returns.
     uint8_t* k_rows = HostSpanStaging::reserve(st.host_k, bytes);
+    uint8_t* v_rows =
+        bk.layout.host_v_tiled() ? HostSpanStaging::reserve(st.host_v, bytes) : nullptr;
     for (int64_t j = 0; j < nb; ++j) {
       const int32_t id = l.host[static_cast<size_t>(j)];
       bk.host_k_as_rows(id, k_rows);
       be.upload(TensorView(k_rows, dt, {elems}, st.host_k.view().memory),
                 st.k.view().slice(j * elems, (j + 1) * elems));
-      be.upload(TensorView(bk.host_v(id), dt, {elems}, bk.host.memory()),
+      if (v_rows != nullptr) bk.host_v_as_rows(id, v_rows);
+      be.upload(v_rows != nullptr ? TensorView(v_rows, dt, {elems}, st.host_v.view().memory)
+                                  : TensorView(bk.host_v(id), dt, {elems}, bk.host.memory()),
                 st.v.view().slice(j * elems, (j + 1) * elems));
     }
     kv.data = st.k.view().data;

@@ -132,14 +132,11 @@ void HybridKv::write_host_row(int32_t id, float* maw_block, int32_t slot, const 
                               const float* v_row, const float* maw, bool codes) {
   const BlockAccess& bk = shared_.blocks;
   const int32_t b = shared_.geo.block, d = shared_.shape.head_dim, hkv = shared_.shape.n_head_kv;
-  const DType t = bk.layout.dtype;
-  const int64_t es = dtype_size(t);
   float stored[512];
   TANDEM_CHECK(d <= 512, "head_dim ", d);
   for (int32_t g = 0; g < hkv; ++g) {
     bk.write_host_k_row(id, g, slot, k_row + int64_t{g} * d);
-    cpu::row_from_f32(v_row + int64_t{g} * d, bk.host_v(id) + (int64_t{g} * b + slot) * d * es, t,
-                      d);
+    bk.write_host_v_row(id, g, slot, v_row + int64_t{g} * d);
     maw_block[int64_t{g} * b + slot] = maw[g];
     bk.read_host_k_row(id, g, slot, stored);  // the digest bounds the keys as stored
     float* kmin = bk.host_kmin(id) + int64_t{g} * d;

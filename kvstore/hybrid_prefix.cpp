@@ -46,8 +46,7 @@ void HybridKv::adopt(std::span<PrefixCache::Entry* const> chain) {
         for (int32_t t = 0; t < b; ++t) {
           const int64_t dst = (int64_t{sinks + (j - nh) * b + t} * hkv + g) * d;
           bk.read_host_k_row(id, g, t, k.data() + dst);
-          cpu::row_to_f32(bk.host_v(id) + (int64_t{g} * b + t) * d * es, bk.layout.dtype,
-                          v.data() + dst, d);
+          bk.read_host_v_row(id, g, t, v.data() + dst);
         }
     }
     RowSource src;

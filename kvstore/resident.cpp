@@ -103,13 +103,16 @@ int64_t HybridKv::place_resident(Backend& be, int32_t layer, std::span<const int
   const LayerTable& l = layers_[static_cast<size_t>(layer)];
   const BlockAccess& bk = shared_.blocks;
   // The device block gets K then V as [Hkv, block, d] each (its MAW part unused), which the
-  // device part reads through strides: V as the host block holds it, K transposed back to rows
-  // from the host block's columns into the store's host staging first. Two copies per block,
-  // queued after the ops before them on a device; upload lets its source be reused once it
-  // returns, so one block of staging serves them all (HostSpanStaging).
+  // device part reads through strides: K transposed back to rows from the host block's columns,
+  // V from its tiles (as the host block holds it where it is by rows), into the store's host
+  // staging first. Two copies per block, queued after the ops before them on a device; upload
+  // lets its source be reused once it returns, so one block of staging each serves them all
+  // (HostSpanStaging).
   const DType dt = bk.layout.dtype;
   const int64_t bytes = bk.layout.dev_kv_bytes(), elems = bytes / dtype_size(dt);
   uint8_t* k_rows = HostSpanStaging::reserve(shared_.staging.host_k, bytes);
+  uint8_t* v_rows =
+      bk.layout.host_v_tiled() ? HostSpanStaging::reserve(shared_.staging.host_v, bytes) : nullptr;
   for (int32_t s : slots) {
     const int32_t j = r.host[static_cast<size_t>(s)];
     TANDEM_CHECK(j >= 0 && j < static_cast<int32_t>(l.host.size()), "resident slot ", s,
@@ -119,8 +122,14 @@ int64_t HybridKv::place_resident(Backend& be, int32_t layer, std::span<const int
     bk.host_k_as_rows(id, k_rows);
     be.upload(TensorView(k_rows, dt, {elems}, shared_.staging.host_k.view().memory),
               TensorView(dev, dt, {elems}, bk.device.memory()));
-    be.upload(TensorView(bk.host_v(id), dt, {elems}, bk.host.memory()),
-              TensorView(dev + bytes, dt, {elems}, bk.device.memory()));
+    if (v_rows != nullptr) {
+      bk.host_v_as_rows(id, v_rows);
+      be.upload(TensorView(v_rows, dt, {elems}, shared_.staging.host_v.view().memory),
+                TensorView(dev + bytes, dt, {elems}, bk.device.memory()));
+    } else {
+      be.upload(TensorView(bk.host_v(id), dt, {elems}, bk.host.memory()),
+                TensorView(dev + bytes, dt, {elems}, bk.device.memory()));
+    }
   }
   const int64_t copied = static_cast<int64_t>(slots.size()) * 2 * bytes;
   for (HostStats* st : {&stats_, &shared_.totals}) {

@@ -54,12 +54,11 @@ void digest_add(float* kmin, float* kmax, const float* k, int32_t d) {
 
 HostBlockRef HostHead::ref(int32_t j) const {
   const int32_t id = host[static_cast<size_t>(j)];
-  const int64_t off =
-      int64_t{g} * blocks.layout.tokens * blocks.layout.head_dim * dtype_size(blocks.layout.dtype);
   HostBlockRef r;
   r.k = blocks.host_k_head(id, g);  // by channel: (row i, channel c) at c * tokens + i
   r.k_ld = blocks.layout.tokens;
-  r.v = blocks.host_v(id) + off;
+  r.v = blocks.host_v_head(id, g);  // by tiles of channels, or by rows
+  r.v_tile = blocks.layout.host_v_tile();
   r.n = rows_of(j);
   return r;
 }

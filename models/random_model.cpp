@@ -34,8 +34,10 @@ Shape shape_of(const std::string& name) {
     return {4096, 32, 32, 8, 14336, 128256, 131072, false, scaling, 500000};
   }
   if (name == "tiny") return {128, 2, 4, 2, 256, 512, 4096, true, json(), 10000};
+  // head_dim 128 (the 8B models'), where the host store keeps V by tiles.
+  if (name == "tiny-d128") return {256, 2, 2, 1, 256, 512, 4096, true, json(), 10000};
   TANDEM_FAIL(kInvalidArgument, "unknown model shape \"", name,
-              "\" (known: llama-3.2-1b, llama-3-8b, llama-3.1-8b, tiny)");
+              "\" (known: llama-3.2-1b, llama-3-8b, llama-3.1-8b, tiny, tiny-d128)");
 }
 
 const char* st_dtype(DType t) {

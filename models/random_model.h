@@ -24,7 +24,7 @@ void write_safetensors(const std::filesystem::path& path, DType dtype,
                        const std::function<void(size_t, std::vector<float>&)>& fill);
 
 // Known shapes: "llama-3.2-1b", "llama-3-8b", "llama-3.1-8b" (the 8B shape with a 128K context),
-// "tiny". Writes config.json, generation_config.json
+// "tiny", "tiny-d128" (tiny with head_dim 128). Writes config.json, generation_config.json
 // and model.safetensors into out (created). Deterministic for a seed.
 void make_random_model(const std::string& shape, DType dtype, const std::filesystem::path& out,
                        uint64_t seed = 1);

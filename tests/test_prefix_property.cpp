@@ -184,7 +184,7 @@ struct Harness {
               const int32_t id = l.host[static_cast<size_t>(hp / b)];
               bk.read_host_k_row(id, g, hp % b, host_k);
               k = host_k[c];
-              v = reinterpret_cast<const float*>(bk.host_v(id))[(g * b + hp % b) * kD + c];
+              v = reinterpret_cast<const float*>(bk.host_v(id))[bk.host_v_elem(g, hp % b, c)];
             } else {
               const int32_t w = hp - l.host_tokens;
               const int32_t id = l.window[static_cast<size_t>(w / b)];

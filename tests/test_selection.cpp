@@ -5,10 +5,12 @@
 #include <algorithm>
 #include <array>
 #include <catch2/catch.hpp>
+#include <cmath>
 #include <cstring>
 #include <limits>
 #include <random>
 
+#include "kernels/cpu/host_kernel.h"
 #include "kvstore/block_access.h"
 #include "kvstore/selection.h"
 
@@ -87,6 +89,113 @@ float as_stored(float x, DType t) {
 
 }  // namespace
 
+// Host V is stored by tiles of kVTile channels per head ([Hkv, d / kVTile, tokens, kVTile]) where
+// head_dim is a larger multiple of kVTile, else by rows (kvstore/block_table.h); its accessors
+// convert rows both ways and give the row layout back, and the refs address the tiles
+// (HostBlockRef::v_tile) with the host kernel attending them as it attends V by rows.
+TEST_CASE("host V by tiles: row writes and reads, the row layout, the refs", "[selection]") {
+  for (DType dt : {DType::kF32, DType::kBF16, DType::kF16})
+    for (int32_t d : {128, 192, 72, 64}) {
+      const bool tiled = d % kVTile == 0 && d > kVTile;
+      constexpr int32_t b = 5, hkv = 3;
+      const BlockLayout layout{b, hkv, d, dt};
+      REQUIRE(layout.host_v_tiled() == tiled);
+      BlockPool device{layout.dev_bytes(), 1, false, MemoryKind::kHost};
+      BlockPool host{layout.host_bytes(), 2, true, MemoryKind::kHost};
+      const BlockAccess blocks{device, host, layout};
+      const std::vector<int32_t> ids = {host.alloc(), host.alloc()};
+      const int32_t host_tokens = b + 2;
+      const int64_t kv_bytes = layout.dev_kv_bytes();
+      for (int32_t id : ids) std::memset(blocks.host_k(id), 0xcd, static_cast<size_t>(kv_bytes));
+      std::mt19937 rng(11);
+      std::normal_distribution<float> nd;
+      std::vector<float> want(static_cast<size_t>(2 * hkv * b * d), 0.0f);
+      auto wanted = [&](int32_t j, int32_t g, int32_t t, int32_t c) -> float& {
+        return want[static_cast<size_t>(((j * hkv + g) * b + t) * d + c)];
+      };
+      std::vector<float> row(static_cast<size_t>(d)), krow(row.size());
+      for (int32_t j = 1; j >= 0; --j)
+        for (int32_t t = b - 1; t >= 0; --t)
+          for (int32_t g = hkv - 1; g >= 0; --g) {
+            for (int32_t c = 0; c < d; ++c) {
+              row[static_cast<size_t>(c)] = nd(rng);
+              wanted(j, g, t, c) = as_stored(row[static_cast<size_t>(c)], dt);
+            }
+            blocks.write_host_v_row(ids[static_cast<size_t>(j)], g, t, row.data());
+          }
+      std::vector<uint8_t> rows_layout(static_cast<size_t>(kv_bytes));
+      for (int32_t j = 0; j < 2; ++j) {
+        const int32_t id = ids[static_cast<size_t>(j)];
+        blocks.host_v_as_rows(id, rows_layout.data());
+        for (int32_t g = 0; g < hkv; ++g)
+          for (int32_t t = 0; t < b; ++t) {
+            blocks.read_host_v_row(id, g, t, row.data());
+            for (int32_t c = 0; c < d; ++c) {
+              INFO(dtype_name(dt) << " d " << d << " block " << j << " head " << g << " row " << t
+                                  << " ch " << c);
+              const float w = wanted(j, g, t, c);
+              REQUIRE(row[static_cast<size_t>(c)] == w);
+              const int64_t at = tiled ? (int64_t{g} * (d / kVTile) + c / kVTile) * b * kVTile +
+                                             int64_t{t} * kVTile + c % kVTile
+                                       : (int64_t{g} * b + t) * d + c;
+              REQUIRE(blocks.host_v_elem(g, t, c) == at);
+              REQUIRE(kv_elem(blocks.host_v(id), dt, at) == w);
+              REQUIRE(kv_elem(rows_layout.data(), dt, (int64_t{g} * b + t) * d + c) == w);
+            }
+          }
+        // K is left alone by the V writes.
+        const uint8_t* k = blocks.host_k(id);
+        CHECK(std::all_of(k, k + kv_bytes, [](uint8_t x) { return x == 0xcd; }));
+      }
+      // The refs, and the host kernel over them against float64 attention of the stored rows.
+      for (int32_t j = 0; j < 2; ++j)
+        for (int32_t g = 0; g < hkv; ++g)
+          for (int32_t t = 0; t < b; ++t) {
+            for (int32_t c = 0; c < d; ++c) krow[static_cast<size_t>(c)] = nd(rng);
+            blocks.write_host_k_row(ids[static_cast<size_t>(j)], g, t, krow.data());
+          }
+      constexpr int32_t G = 2;
+      std::vector<float> q(static_cast<size_t>(G * d));
+      for (float& x : q) x = nd(rng);
+      const float scale = 0.125f;
+      for (int32_t g = 0; g < hkv; ++g) {
+        const HostHead h{ids, host_tokens, blocks, g};
+        std::vector<HostBlockRef> refs;
+        select_full(h, refs);
+        REQUIRE(refs.size() == 2);
+        CHECK(refs[0].v_tile == (tiled ? int64_t{b} * kVTile : 0));
+        CHECK(refs[0].v == blocks.host_v(ids[0]) + blocks.host_v_elem(g, 0, 0) * dtype_size(dt));
+        std::vector<float> o(static_cast<size_t>(G * d)), lse(G);
+        host_attend_group(q.data(), G, d, scale, dt, refs, o.data(), lse.data());
+        for (int32_t qg = 0; qg < G; ++qg) {
+          std::vector<double> sc;
+          double m = -std::numeric_limits<double>::infinity();
+          for (int32_t p = 0; p < host_tokens; ++p) {
+            blocks.read_host_k_row(ids[static_cast<size_t>(p / b)], g, p % b, krow.data());
+            double a = 0;
+            for (int32_t c = 0; c < d; ++c)
+              a += double{q[static_cast<size_t>(qg * d + c)]} * krow[static_cast<size_t>(c)];
+            sc.push_back(a * scale);
+            m = std::max(m, sc.back());
+          }
+          double sum = 0;
+          std::vector<double> acc(static_cast<size_t>(d), 0.0);
+          for (int32_t p = 0; p < host_tokens; ++p) {
+            const double w = std::exp(sc[static_cast<size_t>(p)] - m);
+            sum += w;
+            for (int32_t c = 0; c < d; ++c)
+              acc[static_cast<size_t>(c)] += w * wanted(p / b, g, p % b, c);
+          }
+          INFO(dtype_name(dt) << " d " << d << " head " << g << " q " << qg);
+          CHECK(std::abs(lse[static_cast<size_t>(qg)] - (m + std::log(sum))) < 1e-5);
+          for (int32_t c = 0; c < d; ++c)
+            CHECK(std::abs(o[static_cast<size_t>(qg * d + c)] - acc[static_cast<size_t>(c)] / sum) <
+                  1e-5);
+        }
+      }
+    }
+}
+
 // Host K is stored by channel per head ([Hkv, d, tokens], kvstore/block_table.h); its accessors
 // convert rows both ways, give the row layout [Hkv, tokens, d] back, and the policies' refs
 // address the columns (element (i, c) at k[c * k_ld + i]).
@@ -148,7 +257,8 @@ TEST_CASE("host K by channel: row writes and reads, the row layout, the refs", "
         const HostBlockRef r = h.ref(j);
         CHECK(r.k_ld == b);
         CHECK(r.n == std::min(b, host_tokens - j * b));
-        CHECK(r.v == blocks.host_v(id) + int64_t{g} * b * d * es);  // V by rows, as ever
+        CHECK(r.v == blocks.host_v(id) + int64_t{g} * b * d * es);  // head g's V
+        CHECK(r.v_tile == 0);                                       // d 70: by rows
         for (int32_t i = 0; i < r.n; ++i)
           for (int32_t c = 0; c < d; ++c) {
             INFO(dtype_name(dt) << " block " << j << " head " << g << " row " << i << " ch " << c);

@@ -109,7 +109,8 @@ struct HostLayer {
           const int32_t rows =
               static_cast<int32_t>(std::min<int64_t>(s.block, s.context - j * s.block));
           HostBlockRef ref{blk + h * head_bytes, blk + half + h * head_bytes, rows};
-          ref.k_ld = s.block;  // K by columns, as the host store keeps it
+          ref.k_ld = s.block;  // K by columns and V by tiles, as the host store keeps them
+          if (s.d > kVTile && s.d % kVTile == 0) ref.v_tile = int64_t{s.block} * kVTile;
           r.push_back(ref);
         }
         refs.push_back(std::move(r));
@@ -176,7 +177,10 @@ double validate(const Shape& s, const HostLayer& layer, const std::vector<float>
           sum += p;
           for (int32_t c = 0; c < d; ++c)
             acc[static_cast<size_t>(c)] +=
-                p * value_at(s.t, static_cast<const char*>(r.v), int64_t{j} * d + c);
+                p * value_at(s.t, static_cast<const char*>(r.v),
+                             r.v_tile != 0
+                                 ? (c / kVTile) * r.v_tile + int64_t{j} * kVTile + c % kVTile
+                                 : int64_t{j} * d + c);
         }
       const float* og = o.data() + (it * G + static_cast<size_t>(g)) * static_cast<size_t>(d);
       double diff = 0, mag = 0;
