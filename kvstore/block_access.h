@@ -32,7 +32,8 @@ struct BlockAccess {
   float* dev_maw(int32_t id) const {
     return reinterpret_cast<float*>(mirror_k(id) + 2 * layout.dev_kv_bytes());
   }
-  // A host block: K [Hkv, d, tokens] (by channel per head), V [Hkv, tokens, d], digest min/max
+  // A host block: K [Hkv, d, tokens] (by channel per head), V [Hkv, d / kVTile, tokens, kVTile]
+  // (by tiles per head; [Hkv, tokens, d] where !layout.host_v_tiled()), digest min/max
   // f32 [Hkv, d], with --value-offload the key codes (its MAW values are the sequence's:
   // LayerTable::maw).
   uint8_t* host_k(int32_t id) const { return static_cast<uint8_t*>(host.data(id)); }

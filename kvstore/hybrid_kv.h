@@ -65,11 +65,12 @@ struct HostSpanStaging {
   Buffer k, v;
   int64_t elems = 0;  // capacity of each, in KV elements
   // Host memory (the host heap: pageable, never pinned) for host blocks' K transposed back to
-  // rows (BlockAccess::host_k_as_rows), and on a host-accessible backend the exact prefill's V
-  // beside it. Before an upload it holds one block's K: Backend::upload lets its source be reused
-  // once the call returns (a device backend has staged pageable memory by then), so the next
-  // block may overwrite it. Read in place, by a host-accessible backend's op, which has finished
-  // when the call returns, it holds every page of the call.
+  // rows (BlockAccess::host_k_as_rows) and V by tiles put back in rows (host_v_as_rows; on a
+  // host-accessible backend the exact prefill's V beside K either way). Before an upload each
+  // holds one block's: Backend::upload lets its source be reused once the call returns (a device
+  // backend has staged pageable memory by then), so the next block may overwrite it. Read in
+  // place, by a host-accessible backend's op, which has finished when the call returns, it holds
+  // every page of the call.
   Buffer host_k, host_v;
 
   // b holding at least `bytes` bytes (its contents are not kept when it grows); returns them.

@@ -32,7 +32,7 @@ void HybridKv::adopt(std::span<PrefixCache::Entry* const> chain) {
     l.host_tokens = nh * b;
     if (dev_rows == 0) continue;
     // The device rows, f32 [dev_rows, Hkv, d]: the sinks (device layout in the entry), then
-    // the window's chunks from the host layout (K by channel, V [Hkv, b, d]).
+    // the window's chunks from the host layout (K by channel, V by tiles or rows).
     const std::vector<uint8_t>& sb = chain[0]->sinks;
     const int64_t sink_bytes = int64_t{sinks} * row * es;
     TANDEM_CHECK(static_cast<int64_t>(sb.size()) == 2 * sink_bytes * sh.n_layer,
