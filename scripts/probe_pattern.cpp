@@ -15,12 +15,17 @@
 //              visited in another order: what a V stored by 64-column tiles would be read as)
 //   addr_state addr_no_pf with q, scores and accumulators per head, kept as the kernel keeps them
 //   addr_soft  addr_state and a softmax-like step between each head's K and V
-//   tandem     (built with -DPROBE_TANDEM) the real kernel, host_attend_groups, in this harness
+//   tandem     (built with -DPROBE_TANDEM) the real kernel, host_attend_groups, in this harness,
+//              V by rows; tandem_tiles with V by tiles of 64 channels (HostBlockRef::v_tile), as
+//              the host store keeps it since the thirteenth session; tandem_bf16 and
+//              tandem_bf16_tiles the same with bf16 KV (blocks of 256 KB, twice as many: the same
+//              bytes; the layers hold bf16 values that are also small f32 ones)
 // docs/host-attention.md, 2026-11-29, twelfth session. Build and run (AVX-512 machine):
 //   g++ -O3 -std=c++20 -march=x86-64-v4 -pthread scripts/probe_pattern.cpp -o /tmp/probe_pattern
 //   (with the real kernel: add -DPROBE_TANDEM -I. before the source, build/libtandem_core.a -ltbb
 //   after it)
-//   /tmp/probe_pattern [rounds]
+//   /tmp/probe_pattern [rounds [variants]]   (variants: names to run, e.g. stream,tandem_tiles;
+//   default all)
 #if defined(__GNUC__) && !defined(__clang__)
 // GCC 12's AVX-512 intrinsics pass _mm512_undefined_*() placeholders
 // (kernels/cpu/host_kernel_avx512.cpp).
@@ -48,9 +53,22 @@ namespace {
 constexpr size_t kBlock = 512 << 10, kRun = 32 << 10, kBlocks = 512, kLayer = kBlock * kBlocks;
 constexpr size_t kPart = 64;  // blocks per part; parts t, t + 2, ... go to thread t
 
-enum Variant { kStream, kKernel, kNoPf, kLoads, kAddrNoPf, kAddrState, kAddrSoft, kTandem };
-const char* const kNames[] = {"stream",     "kernel",     "no_pf",     "loads",
-                              "addr_no_pf", "addr_state", "addr_soft", "tandem"};
+enum Variant {
+  kStream,
+  kKernel,
+  kNoPf,
+  kLoads,
+  kAddrNoPf,
+  kAddrState,
+  kAddrSoft,
+  kTandem,
+  kTandemTiles,
+  kTandemBf16,
+  kTandemBf16Tiles
+};
+const char* const kNames[] = {
+    "stream",    "kernel", "no_pf",        "loads",       "addr_no_pf",       "addr_state",
+    "addr_soft", "tandem", "tandem_tiles", "tandem_bf16", "tandem_bf16_tiles"};
 
 alignas(64) float g_q[4 * 128], g_p[4 * 64];
 // Per head and thread, as the kernel keeps them per call: q, the block's scores, the accumulators.
@@ -158,27 +176,32 @@ float stream(const char* layer, int t) {
 }
 
 #ifdef PROBE_TANDEM
-// The real kernel on thread t's parts: one host_attend_groups call (8 heads) per part.
-float tandem_kernel(const char* layer, int t) {
-  std::vector<tandem::HostBlockRef> refs(8 * kPart);
+// The real kernel on thread t's parts: one host_attend_groups call (8 heads) per part. bf16: blocks
+// of 256 KB (8 heads' K, 16 KB each, then their V), twice as many per part, so the same bytes.
+float tandem_kernel(const char* layer, int t, bool bf16, bool tiles) {
+  const size_t block = bf16 ? kBlock / 2 : kBlock, run = bf16 ? kRun / 2 : kRun;
+  const size_t part_blocks = bf16 ? 2 * kPart : kPart, parts = kLayer / block / part_blocks;
+  std::vector<tandem::HostBlockRef> refs(8 * part_blocks);
   std::vector<float> o(8 * 4 * 128), lse(8 * 4);
-  for (size_t part = t; part < kBlocks / kPart; part += 2) {
+  for (size_t part = t; part < parts; part += 2) {
     for (int h = 0; h < 8; ++h)
-      for (size_t j = 0; j < kPart; ++j) {
-        const char* b = layer + (part * kPart + j) * kBlock;
-        tandem::HostBlockRef r{b + h * kRun, b + kBlock / 2 + h * kRun, 64};
-        r.k_ld = 64;  // K by channel, as the host store keeps it
-        refs[h * kPart + j] = r;
+      for (size_t j = 0; j < part_blocks; ++j) {
+        const char* b = layer + (part * part_blocks + j) * block;
+        tandem::HostBlockRef r{b + h * run, b + block / 2 + h * run, 64};
+        r.k_ld = 64;                                // K by channel, as the host store keeps it
+        if (tiles) r.v_tile = 64 * tandem::kVTile;  // V by tiles, likewise
+        refs[h * part_blocks + j] = r;
       }
     tandem::HostGroupCall calls[8];
     for (int h = 0; h < 8; ++h) {
       calls[h].q = g_q;
       calls[h].G = 4;
-      calls[h].blocks = std::span<const tandem::HostBlockRef>(refs.data() + h * kPart, kPart);
+      calls[h].blocks =
+          std::span<const tandem::HostBlockRef>(refs.data() + h * part_blocks, part_blocks);
       calls[h].o = o.data() + h * 512;
       calls[h].lse = lse.data() + h * 4;
     }
-    tandem::host_attend_groups(128, 0.088f, tandem::DType::kF32,
+    tandem::host_attend_groups(128, 0.088f, bf16 ? tandem::DType::kBF16 : tandem::DType::kF32,
                                std::span<const tandem::HostGroupCall>(calls, 8));
   }
   return o[0];
@@ -202,8 +225,12 @@ float run(Variant v, const char* layer, int t) {
     case kAddrSoft:
       return kernel_like<true, false, true, true, true>(layer, t);
     case kTandem:
+    case kTandemTiles:
+    case kTandemBf16:
+    case kTandemBf16Tiles:
 #ifdef PROBE_TANDEM
-      return tandem_kernel(layer, t);
+      return tandem_kernel(layer, t, v == kTandemBf16 || v == kTandemBf16Tiles,
+                           v == kTandemTiles || v == kTandemBf16Tiles);
 #endif
       break;
   }
@@ -217,12 +244,25 @@ int main(int argc, char** argv) {
   std::vector<Variant> variants = {kStream,   kKernel,    kNoPf,    kLoads,
                                    kAddrNoPf, kAddrState, kAddrSoft};
 #ifdef PROBE_TANDEM
-  variants.push_back(kTandem);
+  for (Variant v : {kTandem, kTandemTiles, kTandemBf16, kTandemBf16Tiles}) variants.push_back(v);
 #endif
+  if (argc > 2) {  // only the variants named
+    std::vector<Variant> only;
+    for (Variant v : variants)
+      for (const char* p = argv[2]; *p != 0;) {
+        const char* e = std::strchr(p, ',');
+        const size_t n = e != nullptr ? static_cast<size_t>(e - p) : std::strlen(p);
+        if (n == std::strlen(kNames[v]) && std::strncmp(p, kNames[v], n) == 0) only.push_back(v);
+        p += n + (e != nullptr);
+      }
+    variants = only;
+  }
   char* layers[4];
   for (char*& l : layers) {
     l = static_cast<char*>(std::aligned_alloc(4096, kLayer));
-    for (size_t i = 0; i < kLayer / 4; ++i) reinterpret_cast<float*>(l)[i] = (i % 97) * 1e-3f;
+    // bf16 values 0.0078-0.0156 (0x3c00 + 0..96), which read as f32 are in that range too.
+    for (size_t i = 0; i < kLayer / 2; ++i)
+      reinterpret_cast<uint16_t*>(l)[i] = static_cast<uint16_t>(0x3c00 + i % 97);
   }
   for (int i = 0; i < 4 * 128; ++i) g_q[i] = 0.01f;
   for (int i = 0; i < 4 * 64; ++i) g_p[i] = 0.01f;
