@@ -9,7 +9,6 @@
 #define CATCH_CONFIG_EXTERNAL_INTERFACES
 #include <catch2/catch.hpp>
 #include <cmath>
-#include <random>
 #include <span>
 #include <vector>
 
@@ -97,10 +96,7 @@ TEST_CASE("host V by tiles on the CUDA backend: resident copies and prefill page
   auto on_cpu = Model::load(d.dir, *cpu);
   auto on_gpu = Model::load(d.dir, *gpu);
   REQUIRE(on_gpu->kv_shape().head_dim == 128);
-  std::mt19937 rng(5);
-  std::vector<int32_t> prompt(23), decode(3);
-  for (int32_t& t : prompt) t = static_cast<int32_t>(rng() % 512);
-  for (int32_t& t : decode) t = static_cast<int32_t>(rng() % 512);
+  const std::vector<int32_t> prompt = random_tokens(23, 512, 5), decode = random_tokens(3, 512, 6);
   KvConfig resident = small_hybrid(8, SparsePolicy::kTopk, CpuAttnMode::kParallel);
   resident.topk_blocks = 64;
   resident.device_budget = 2 * resident.block;

@@ -50,10 +50,7 @@ TEST_CASE("sparse=full equals dense with host V by tiles (head_dim 128)", "[hybr
   make_random_model("tiny-d128", DType::kF32, d.dir, 11);
   auto model = Model::load(d.dir, *backend);
   REQUIRE(model->kv_shape().head_dim == 128);
-  std::mt19937 rng(3);
-  std::vector<int32_t> prompt(37), decode(6);
-  for (int32_t& t : prompt) t = static_cast<int32_t>(rng() % 512);
-  for (int32_t& t : decode) t = static_cast<int32_t>(rng() % 512);
+  const std::vector<int32_t> prompt = random_tokens(37, 512, 3), decode = random_tokens(6, 512, 4);
   for (DType kv : {DType::kF32, DType::kBF16}) {
     // bf16: against the same store with every row on the device (the dense cache attends a
     // prefill chunk's own rows before rounding them, which the hybrid store does not: 5e-3 apart).

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <random>
 #include <span>
 #include <vector>
 
@@ -95,6 +96,14 @@ inline double worst_rel_error(const LogitRows& got, const LogitRows& want) {
   for (size_t i = 0; i < got.size(); ++i)
     w = std::max(w, rel_error(got[i].data(), want[i].data(), static_cast<int64_t>(got[i].size())));
   return w;
+}
+
+// n token ids in [0, vocab), deterministic for a seed (prompts for random-weight checkpoints).
+inline std::vector<int32_t> random_tokens(int32_t n, int32_t vocab, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<int32_t> t(static_cast<size_t>(n));
+  for (int32_t& x : t) x = static_cast<int32_t>(rng() % static_cast<uint32_t>(vocab));
+  return t;
 }
 
 }  // namespace tandem::test

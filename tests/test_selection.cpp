@@ -87,6 +87,36 @@ float as_stored(float x, DType t) {
   }
 }
 
+// Random rows written to blocks ids[1], ids[0] of a layout, last to first (so each scattered
+// write must leave its neighbours alone), rows(j) rows of block j, by write(id, g, t, row f32);
+// want(j, g, t, c) is the value stored.
+struct WrittenRows {
+  int32_t hkv, b, d;
+  std::vector<float> values;
+  template <class Rows, class Write>
+  WrittenRows(const BlockLayout& layout, const std::vector<int32_t>& ids, std::mt19937& rng,
+              Rows rows, Write write)
+      : hkv(layout.n_head_kv),
+        b(layout.tokens),
+        d(layout.head_dim),
+        values(static_cast<size_t>(2 * hkv * b * d), 0.0f) {
+    std::normal_distribution<float> nd;
+    std::vector<float> row(static_cast<size_t>(d));
+    for (int32_t j = 1; j >= 0; --j)
+      for (int32_t t = rows(j) - 1; t >= 0; --t)
+        for (int32_t g = hkv - 1; g >= 0; --g) {
+          for (int32_t c = 0; c < d; ++c) {
+            row[static_cast<size_t>(c)] = nd(rng);
+            want(j, g, t, c) = as_stored(row[static_cast<size_t>(c)], layout.dtype);
+          }
+          write(ids[static_cast<size_t>(j)], g, t, row.data());
+        }
+  }
+  float& want(int32_t j, int32_t g, int32_t t, int32_t c) {
+    return values[static_cast<size_t>(((j * hkv + g) * b + t) * d + c)];
+  }
+};
+
 }  // namespace
 
 // Host V is stored by tiles of kVTile channels per head ([Hkv, d / kVTile, tokens, kVTile]) where
@@ -109,20 +139,15 @@ TEST_CASE("host V by tiles: row writes and reads, the row layout, the refs", "[s
       for (int32_t id : ids) std::memset(blocks.host_k(id), 0xcd, static_cast<size_t>(kv_bytes));
       std::mt19937 rng(11);
       std::normal_distribution<float> nd;
-      std::vector<float> want(static_cast<size_t>(2 * hkv * b * d), 0.0f);
-      auto wanted = [&](int32_t j, int32_t g, int32_t t, int32_t c) -> float& {
-        return want[static_cast<size_t>(((j * hkv + g) * b + t) * d + c)];
+      WrittenRows written(
+          layout, ids, rng, [&](int32_t) { return b; },
+          [&](int32_t id, int32_t g, int32_t t, const float* r) {
+            blocks.write_host_v_row(id, g, t, r);
+          });
+      auto wanted = [&](int32_t j, int32_t g, int32_t t, int32_t c) {
+        return written.want(j, g, t, c);
       };
       std::vector<float> row(static_cast<size_t>(d)), krow(row.size());
-      for (int32_t j = 1; j >= 0; --j)
-        for (int32_t t = b - 1; t >= 0; --t)
-          for (int32_t g = hkv - 1; g >= 0; --g) {
-            for (int32_t c = 0; c < d; ++c) {
-              row[static_cast<size_t>(c)] = nd(rng);
-              wanted(j, g, t, c) = as_stored(row[static_cast<size_t>(c)], dt);
-            }
-            blocks.write_host_v_row(ids[static_cast<size_t>(j)], g, t, row.data());
-          }
       std::vector<uint8_t> rows_layout(static_cast<size_t>(kv_bytes));
       for (int32_t j = 0; j < 2; ++j) {
         const int32_t id = ids[static_cast<size_t>(j)];
@@ -213,23 +238,15 @@ TEST_CASE("host K by channel: row writes and reads, the row layout, the refs", "
     CHECK(layout.host_bytes() == 2 * kv_bytes + 2 * int64_t{hkv} * d * 4);  // as before
     for (int32_t id : ids) std::memset(blocks.host_v(id), 0xab, static_cast<size_t>(kv_bytes));
     std::mt19937 rng(7);
-    std::normal_distribution<float> nd;
-    // want[((j * hkv + g) * b + t) * d + c]: the value stored; rows written last to first, so
-    // each scattered write must leave its neighbours alone.
-    std::vector<float> want(static_cast<size_t>(2 * hkv * b * d), 0.0f);
-    auto wanted = [&](int32_t j, int32_t g, int32_t t, int32_t c) -> float& {
-      return want[static_cast<size_t>(((j * hkv + g) * b + t) * d + c)];
+    WrittenRows written(
+        layout, ids, rng, [&](int32_t j) { return std::min(b, host_tokens - j * b); },
+        [&](int32_t id, int32_t g, int32_t t, const float* r) {
+          blocks.write_host_k_row(id, g, t, r);
+        });
+    auto wanted = [&](int32_t j, int32_t g, int32_t t, int32_t c) {
+      return written.want(j, g, t, c);
     };
     std::vector<float> row(d);
-    for (int32_t j = 1; j >= 0; --j)
-      for (int32_t t = std::min(b, host_tokens - j * b) - 1; t >= 0; --t)
-        for (int32_t g = hkv - 1; g >= 0; --g) {
-          for (int32_t c = 0; c < d; ++c) {
-            row[static_cast<size_t>(c)] = nd(rng);
-            wanted(j, g, t, c) = as_stored(row[static_cast<size_t>(c)], dt);
-          }
-          blocks.write_host_k_row(ids[static_cast<size_t>(j)], g, t, row.data());
-        }
     std::vector<uint8_t> rows_layout(static_cast<size_t>(kv_bytes));
     for (int32_t j = 0; j < 2; ++j) {
       const int32_t id = ids[static_cast<size_t>(j)], n = std::min(b, host_tokens - j * b);
