@@ -291,21 +291,25 @@ TEST_CASE("value-offload selection: Eq. 4 over the approximate mass, or every en
 
 namespace {
 
-// Rows of one KV head with given scores: V [n, d] f32 per block, scores [rows, G].
+// Rows of one KV head with given scores: V [n, d] f32 per block, or with tiles (d a multiple of
+// kVTile) by tiles of kVTile channels as the host store keeps it (HostBlockRef::v_tile, a
+// capacity of n + 3 rows); scores [rows, G].
 struct ScoredHead {
   int32_t d, G;
   std::vector<std::vector<float>> v, s;
   std::vector<std::vector<int32_t>> idx;
+  std::vector<int64_t> vt;  // per block: V by tiles kVTile rows apart (0: by rows)
   std::vector<HostBlockRef> refs;
 
   ScoredHead(int32_t dim, int32_t groups, const std::vector<int32_t>& lens, bool select, float amp,
-             std::mt19937& rng)
+             std::mt19937& rng, bool tiles = false)
       : d(dim), G(groups) {
     std::uniform_real_distribution<float> u(-1.0f, 1.0f);
     std::normal_distribution<float> nd(0.0f, amp);
     std::uniform_real_distribution<double> coin(0.0, 1.0);
     for (int32_t n : lens) {
-      v.emplace_back(static_cast<size_t>(n) * d);
+      vt.push_back(tiles ? int64_t{n + 3} * kVTile : 0);
+      v.emplace_back(static_cast<size_t>(tiles ? n + 3 : n) * d);
       for (float& x : v.back()) x = u(rng);
       idx.emplace_back();
       if (select)
@@ -318,6 +322,7 @@ struct ScoredHead {
     for (size_t b = 0; b < lens.size(); ++b) {
       HostBlockRef r;
       r.v = v[b].data();
+      r.v_tile = vt[b];
       r.n = lens[b];
       r.s = s[b].data();
       if (select) {
@@ -327,6 +332,12 @@ struct ScoredHead {
       }
       refs.push_back(r);
     }
+  }
+
+  // Row r, channel c of block b's V.
+  double value(size_t b, int64_t r, int32_t c) const {
+    const int64_t i = vt[b] != 0 ? (c / kVTile) * vt[b] + r * kVTile + c % kVTile : r * d + c;
+    return v[b][static_cast<size_t>(i)];
   }
 
   // Float64: per head o = softmax(s) V over every selected row, lse = logsumexp(s).
@@ -343,7 +354,7 @@ struct ScoredHead {
           const int32_t r = refs[b].idx ? refs[b].idx[i] : i;
           const double p = std::exp(double(s[b][i * G + g]) - m);
           sum += p;
-          for (int32_t c = 0; c < d; ++c) o[g * d + c] += p * v[b][r * d + c];
+          for (int32_t c = 0; c < d; ++c) o[g * d + c] += p * value(b, r, c);
         }
       for (int32_t c = 0; c < d; ++c) o[g * d + c] /= sum;
       lse[g] = m + std::log(sum);
@@ -382,18 +393,21 @@ TEST_CASE("weighted-value kernel matches float64 on every ISA path", "[value-off
     for (int32_t d : {8, 24, 64, 128})
       for (int32_t G : {1, 2, 3, 4, 8, 12})
         for (const auto& lens : layouts)
-          for (bool select : {false, true}) {
-            const ScoredHead h(d, G, lens, select, 3.0f, rng);
-            std::vector<float> o(static_cast<size_t>(G) * d, 9.0f), lse(G, 9.0f);
-            host_weighted_values(G, d, DType::kF32, h.refs, o.data(), lse.data());
-            check_weighted(h, o.data(), lse.data());
-            // host_attend_group takes the same path when its blocks carry scores.
-            std::vector<float> q(static_cast<size_t>(G) * d, 1.0f);
-            std::vector<float> o2(o.size()), lse2(lse.size());
-            host_attend_group(q.data(), G, d, 0.5f, DType::kF32, h.refs, o2.data(), lse2.data());
-            CHECK(o2 == o);
-            CHECK(lse2 == lse);
-          }
+          for (bool select : {false, true})
+            for (bool tiles : {false, true}) {
+              if (tiles && d % kVTile != 0) continue;
+              INFO("tiles " << tiles << " select " << select);
+              const ScoredHead h(d, G, lens, select, 3.0f, rng, tiles);
+              std::vector<float> o(static_cast<size_t>(G) * d, 9.0f), lse(G, 9.0f);
+              host_weighted_values(G, d, DType::kF32, h.refs, o.data(), lse.data());
+              check_weighted(h, o.data(), lse.data());
+              // host_attend_group takes the same path when its blocks carry scores.
+              std::vector<float> q(static_cast<size_t>(G) * d, 1.0f);
+              std::vector<float> o2(o.size()), lse2(lse.size());
+              host_attend_group(q.data(), G, d, 0.5f, DType::kF32, h.refs, o2.data(), lse2.data());
+              CHECK(o2 == o);
+              CHECK(lse2 == lse);
+            }
     // Large scores: the running max grows across chunks without overflow.
     const ScoredHead big(64, 4, {64, 64, 64}, false, 60.0f, rng);
     std::vector<float> o(4 * 64), lse(4);
