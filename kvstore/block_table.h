@@ -42,7 +42,7 @@ struct BlockLayout {
   }
   // Whether host V is stored by tiles, and the elements from one tile of a head to the next
   // (HostBlockRef::v_tile; 0: by rows).
-  bool host_v_tiled() const { return head_dim > kVTile && head_dim % kVTile == 0; }
+  bool host_v_tiled() const { return v_by_tiles(head_dim); }
   int64_t host_v_tile() const { return host_v_tiled() ? int64_t{tokens} * kVTile : 0; }
   int64_t maw_floats() const { return int64_t{tokens} * n_head_kv; }  // per host block
 };

@@ -294,17 +294,12 @@ void HybridRunner::host_partial_dense(Backend& be, const Seq& s, int32_t layer, 
     // One block's K (and tiled V) rows at a time: upload lets its source be reused once it
     // returns.
     uint8_t* k_rows = HostSpanStaging::reserve(st.host_k, bytes);
-    uint8_t* v_rows =
-        bk.layout.host_v_tiled() ? HostSpanStaging::reserve(st.host_v, bytes) : nullptr;
     for (int64_t j = 0; j < nb; ++j) {
       const int32_t id = l.host[static_cast<size_t>(j)];
       bk.host_k_as_rows(id, k_rows);
       be.upload(TensorView(k_rows, dt, {elems}, st.host_k.view().memory),
                 st.k.view().slice(j * elems, (j + 1) * elems));
-      if (v_rows != nullptr) bk.host_v_as_rows(id, v_rows);
-      be.upload(v_rows != nullptr ? TensorView(v_rows, dt, {elems}, st.host_v.view().memory)
-                                  : TensorView(bk.host_v(id), dt, {elems}, bk.host.memory()),
-                st.v.view().slice(j * elems, (j + 1) * elems));
+      be.upload(st.v_rows(bk, id), st.v.view().slice(j * elems, (j + 1) * elems));
     }
     kv.data = st.k.view().data;
     vv.data = st.v.view().data;

@@ -82,6 +82,18 @@ struct HostSpanStaging {
     }
     return b.as<uint8_t>();
   }
+
+  // Host block id's V by rows, [Hkv, tokens, d] elements of the store's dtype, as the source of an
+  // upload: the block's own bytes where it keeps V by rows, else its tiles put back in rows in
+  // host_v (valid until the next call).
+  TensorView v_rows(const BlockAccess& bk, int32_t id) {
+    const int64_t bytes = bk.layout.dev_kv_bytes(), n = bytes / dtype_size(bk.layout.dtype);
+    if (!bk.layout.host_v_tiled())
+      return TensorView(bk.host_v(id), bk.layout.dtype, {n}, bk.host.memory());
+    uint8_t* rows = reserve(host_v, bytes);
+    bk.host_v_as_rows(id, rows);
+    return TensorView(rows, bk.layout.dtype, {n}, host_v.view().memory);
+  }
 };
 
 // What the sequences of one store share: the configuration, the pools, the row strategy, the

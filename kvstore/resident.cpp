@@ -111,8 +111,6 @@ int64_t HybridKv::place_resident(Backend& be, int32_t layer, std::span<const int
   const DType dt = bk.layout.dtype;
   const int64_t bytes = bk.layout.dev_kv_bytes(), elems = bytes / dtype_size(dt);
   uint8_t* k_rows = HostSpanStaging::reserve(shared_.staging.host_k, bytes);
-  uint8_t* v_rows =
-      bk.layout.host_v_tiled() ? HostSpanStaging::reserve(shared_.staging.host_v, bytes) : nullptr;
   for (int32_t s : slots) {
     const int32_t j = r.host[static_cast<size_t>(s)];
     TANDEM_CHECK(j >= 0 && j < static_cast<int32_t>(l.host.size()), "resident slot ", s,
@@ -122,14 +120,8 @@ int64_t HybridKv::place_resident(Backend& be, int32_t layer, std::span<const int
     bk.host_k_as_rows(id, k_rows);
     be.upload(TensorView(k_rows, dt, {elems}, shared_.staging.host_k.view().memory),
               TensorView(dev, dt, {elems}, bk.device.memory()));
-    if (v_rows != nullptr) {
-      bk.host_v_as_rows(id, v_rows);
-      be.upload(TensorView(v_rows, dt, {elems}, shared_.staging.host_v.view().memory),
-                TensorView(dev + bytes, dt, {elems}, bk.device.memory()));
-    } else {
-      be.upload(TensorView(bk.host_v(id), dt, {elems}, bk.host.memory()),
-                TensorView(dev + bytes, dt, {elems}, bk.device.memory()));
-    }
+    be.upload(shared_.staging.v_rows(bk, id),
+              TensorView(dev + bytes, dt, {elems}, bk.device.memory()));
   }
   const int64_t copied = static_cast<int64_t>(slots.size()) * 2 * bytes;
   for (HostStats* st : {&stats_, &shared_.totals}) {

@@ -453,7 +453,7 @@ class GroupAttention {
     }
     // From a row's pointer to the next row's: by rows, or within a tile.
     const int64_t vd = v_tile_ != 0 ? kVTile : d;
-    if (b.k_ld != 0 && !scored_) return add_cols(b, next);
+    if (b.k_ld != 0 && !scored_) return add_cols(b, next, vd);
     // Whole runs of rows at a time: the row pointers of a chunk are written by a plain loop,
     // one chunk-full test per run (per row, the bookkeeping cost ~8% of the kernel in cache).
     for (int32_t i = 0; i < rows;) {
@@ -513,6 +513,22 @@ class GroupAttention {
     int32_t n = 0;
   };
 
+  // The prefetch list (w_.rows) of V rows row(0), ..., row(n - 1) of the layout held: one piece
+  // per row and tile (one per row by rows). Returns the pieces' bytes. (Locals in the loop, not
+  // members: through the stores GCC reloaded those every row, ~8% of the kernel in cache.)
+  template <class Row>
+  int32_t v_pieces(int32_t n, Row row) {
+    const int32_t tiles = v_tile_ != 0 ? d_ / kVTile : 1;
+    const int64_t vt = v_tile_;
+    w_.rows.resize(static_cast<size_t>(n) * static_cast<size_t>(tiles));
+    const void** lp = w_.rows.data();
+    for (int32_t i = 0; i < n; ++i) {
+      const T* r = row(i);
+      for (int32_t t = 0; t < tiles; ++t) lp[i * tiles + t] = r + t * vt;
+    }
+    return (v_tile_ != 0 ? kVTile : d_) * static_cast<int32_t>(sizeof(T));
+  }
+
   // Processes the chunks of row-stored K still held (before a column-stored block, and at the end).
   void flush_rows() {
     if (pending_) process(chunks_[fill_ ^ 1], &chunks_[fill_]);
@@ -525,48 +541,29 @@ class GroupAttention {
   // way), then the selected rows in chunks of kChunkRows through the softmax and value passes,
   // which prefetch the next block's K. With a selection (idx) the whole block is scored: its K is
   // read either way once a row in every few lines is selected, and the pass needs no gather.
-  void add_cols(const HostBlockRef& b, const HostBlockRef* next) {
+  void add_cols(const HostBlockRef& b, const HostBlockRef* next, int64_t vs) {
     flush_rows();
     TANDEM_CHECK(b.k_ld >= b.n, "host block K column stride ", b.k_ld, " < ", b.n, " rows");
     const T* kt = static_cast<const T*>(b.k);
     const T* v = static_cast<const T*>(b.v);
-    const int64_t vs = v_tile_ != 0 ? kVTile : b.stride != 0 ? b.stride : d_;
     const int32_t n = b.n, sel = b.rows();
     const int32_t row_bytes = d_ * static_cast<int32_t>(sizeof(T));
-    // The selected rows' V, prefetched during the scores (each panel its share). Contiguous rows
-    // (a whole block stored by rows of d) are one range: one entry instead of one per row, whose
-    // lines LineStream counts at once (per row, building and counting the lists cost a few hundred
-    // instructions per block and head). (Locals, not b's fields or the vector's size, in the
-    // per-row loops: through the stores GCC reloaded those every row, ~8% of the kernel in cache.)
+    // The selected rows' V, prefetched during the scores (each panel its share). A whole block's
+    // contiguous rows (by tiles, or by rows of d) are one range per tile: one entry instead of one
+    // per row, whose lines LineStream counts at once (per row, building and counting the lists
+    // cost a few hundred instructions per block and head).
     const int32_t n_panels = (n + cpu::kColRows - 1) / cpu::kColRows;
     std::vector<const void*>& list = w_.rows;
-    int32_t v_pf_bytes = row_bytes;
-    if (b.idx == nullptr && vs == d_ && n_panels == 1) {
-      list.assign(1, v);
-      v_pf_bytes = sel * row_bytes;
-    } else if (b.idx == nullptr && v_tile_ != 0 && n_panels == 1) {
-      // The block's rows of each tile: one range per tile.
-      const int32_t tiles = d_ / kVTile;
+    int32_t v_pf_bytes;
+    if (b.idx == nullptr && n_panels == 1 && (v_tile_ != 0 || vs == d_)) {
+      const int32_t tiles = v_tile_ != 0 ? d_ / kVTile : 1;
       list.resize(static_cast<size_t>(tiles));
       for (int32_t t = 0; t < tiles; ++t) list[static_cast<size_t>(t)] = v + t * v_tile_;
-      v_pf_bytes = sel * kVTile * static_cast<int32_t>(sizeof(T));
-    } else if (v_tile_ != 0) {
-      // Each selected row's piece of every tile.
-      const int32_t tiles = d_ / kVTile;
-      v_pf_bytes = kVTile * static_cast<int32_t>(sizeof(T));
-      list.resize(static_cast<size_t>(sel) * tiles);
-      const void** lp = list.data();
-      for (int32_t i = 0; i < sel; ++i) {
-        const T* r = v + (b.idx != nullptr ? b.idx[i] : i) * vs;
-        for (int32_t t = 0; t < tiles; ++t) lp[i * tiles + t] = r + t * v_tile_;
-      }
+      v_pf_bytes = sel * static_cast<int32_t>(vs * sizeof(T));
+    } else if (const int32_t* idx = b.idx; idx != nullptr) {
+      v_pf_bytes = v_pieces(sel, [=](int32_t i) { return v + idx[i] * vs; });
     } else {
-      list.resize(static_cast<size_t>(sel));
-      const void** lp = list.data();
-      if (const int32_t* idx = b.idx; idx != nullptr)
-        for (int32_t i = 0; i < sel; ++i) lp[i] = v + idx[i] * vs;
-      else
-        for (int32_t i = 0; i < sel; ++i) lp[i] = v + i * vs;
+      v_pf_bytes = v_pieces(sel, [=](int32_t i) { return v + i * vs; });
     }
     const int32_t n_vpf = static_cast<int32_t>(list.size());
     // A whole block of at most one chunk (the full policy's blocks) is scored straight into the
@@ -675,13 +672,10 @@ class GroupAttention {
       if (avx2_) {
         pf_k = 0;
       } else {
-        const int32_t tiles = d_ / kVTile;
-        w_.rows.resize(static_cast<size_t>(pf_k) * tiles);
-        for (int32_t j = 0; j < pf_k; ++j)
-          for (int32_t t = 0; t < tiles; ++t) w_.rows[j * tiles + t] = next->v[j] + t * v_tile_;
+        const T* const* nv = next->v;
+        pf_bytes = v_pieces(pf_k, [=](int32_t j) { return nv[j]; });
         pf_rows = reinterpret_cast<const T* const*>(w_.rows.data());
-        pf_k *= tiles;
-        pf_bytes = kVTile * static_cast<int32_t>(sizeof(T));
+        pf_k = static_cast<int32_t>(w_.rows.size());
       }
     }
     if (scored_) {

@@ -48,6 +48,12 @@ struct HostBlockRef {
 // the AVX-512 passes covers for 3-4 heads.
 inline constexpr int32_t kVTile = 64;
 
+// Whether the host store keeps V by tiles for this head_dim: a larger multiple of kVTile (at
+// kVTile itself a tile is a row).
+inline constexpr bool v_by_tiles(int32_t head_dim) {
+  return head_dim > kVTile && head_dim % kVTile == 0;
+}
+
 // Rows per chunk of the online softmax (one max update and rescale per chunk): a host block of
 // 64 tokens is one chunk, so its scores go from the cols pass to the softmax in place.
 inline constexpr int32_t kChunkRows = 64;

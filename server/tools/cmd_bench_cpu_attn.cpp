@@ -110,7 +110,7 @@ struct HostLayer {
               static_cast<int32_t>(std::min<int64_t>(s.block, s.context - j * s.block));
           HostBlockRef ref{blk + h * head_bytes, blk + half + h * head_bytes, rows};
           ref.k_ld = s.block;  // K by columns and V by tiles, as the host store keeps them
-          if (s.d > kVTile && s.d % kVTile == 0) ref.v_tile = int64_t{s.block} * kVTile;
+          if (v_by_tiles(s.d)) ref.v_tile = int64_t{s.block} * kVTile;
           r.push_back(ref);
         }
         refs.push_back(std::move(r));
