@@ -20,6 +20,7 @@
 #include "kernels/common.h"
 #include "kernels/cpu/host_kernel.h"
 #include "kernels/cpu/isa.h"
+#include "kernels/cpu/line_stream.h"
 #include "kernels/dtype.h"
 
 using namespace tandem;
@@ -213,6 +214,45 @@ void check_kernel(const HeadKv& head, int32_t G, std::mt19937& rng, float q_amp 
 }
 
 }  // namespace
+
+// The prefetch stream of the host kernel's passes: which lines, in which order, how many per tick.
+TEST_CASE("LineStream: its rows' lines in order, every line or the first of every `every`") {
+  alignas(64) static char buf[64 * 64];
+  // Rows of 200 bytes: lines 0-3, 16-19 and 31-34 of buf (the last one starts mid-line).
+  const void* rows[3] = {buf + 10, buf + 1024, buf + 2040};
+  const auto lines_of = [&](int32_t every) {
+    cpu::LineStream ls(rows, 3, 200, every);
+    std::vector<int64_t> got;
+    for (uintptr_t a; (a = ls.next_line()) != 0;)
+      got.push_back(static_cast<int64_t>(a - reinterpret_cast<uintptr_t>(buf)) / 64);
+    INFO("every " << every);
+    CHECK(ls.lines() == 0);  // what is left
+    return got;
+  };
+  CHECK(lines_of(1) == std::vector<int64_t>{0, 1, 2, 3, 16, 17, 18, 19, 31, 32, 33, 34});
+  CHECK(lines_of(2) == std::vector<int64_t>{0, 2, 16, 18, 31, 33});
+  CHECK(lines_of(3) == std::vector<int64_t>{0, 3, 16, 19, 31, 34});
+  CHECK(lines_of(4) == std::vector<int64_t>{0, 16, 31});
+  for (const int32_t every : {1, 2, 3, 4}) {
+    cpu::LineStream ls(rows, 3, 200, every);
+    CHECK(ls.lines() == 3 * ((4 + every - 1) / every));
+  }
+  // Paced: the lines spread evenly over the ticks, all of them issued by the last.
+  cpu::LineStream ls(rows, 3, 200);
+  ls.pace(4);  // 12 lines over 4 ticks: 3 per tick
+  ls.tick_many();
+  ls.tick_many();
+  CHECK(ls.next_line() - reinterpret_cast<uintptr_t>(buf) == 16 * 64 + 64 * 2);
+  cpu::LineStream sparse(rows, 3, 200, 2);
+  sparse.pace(6);  // 6 prefetches over 6 ticks: one per tick
+  for (int i = 0; i < 5; ++i) sparse.tick();
+  CHECK(sparse.next_line() - reinterpret_cast<uintptr_t>(buf) == 33 * 64);
+  CHECK(sparse.next_line() == 0);
+  cpu::LineStream rest(rows, 3, 200, 4);
+  rest.pace(100);
+  rest.rest();
+  CHECK(rest.next_line() == 0);
+}
 
 // Every ISA path the CPU supports (kernels/cpu/isa.h): avx2 always, AVX-512 passes where present.
 TEST_CASE("host_attend_group matches float64 over dtypes, group sizes, head dims, selections") {

@@ -185,7 +185,7 @@ int32_t value_steps(int32_t gs, int32_t nr, int32_t d) {
 template <typename E, int GS>
 void value_pass(const typename E::T* const* rows, int32_t nr, const float* p, float* acc, int32_t d,
                 int64_t v_tile, const typename E::T* const* pf, int32_t pf_n,
-                int32_t /*pf_row_bytes*/) {
+                int32_t /*pf_row_bytes*/, int32_t /*pf_every*/) {
   RowColumnsPf<typename E::T> rp{pf, pf_n};
   value_pass_with<E, GS>(rows, nr, p, acc, d, v_tile, rp);
 }
@@ -288,10 +288,10 @@ void cols_heads(const typename E::T* kt, int64_t ld, int32_t n, const float* q, 
 template <typename E>
 void cols_pass(const typename E::T* kt, int64_t ld, int32_t n, const float* q, int32_t G, int32_t d,
                float* s, int32_t s_stride, const typename E::T* const* pf, int32_t pf_n,
-               int32_t pf_row_bytes) {
+               int32_t pf_row_bytes, int32_t pf_every) {
   // AVX2: 16 rows per sweep (16 ymm registers), heads 4 at a time; the first head group's
   // channel steps (d per chain of 16 or 8 rows) issue the prefetches.
-  LineStream lines(reinterpret_cast<const void* const*>(pf), pf_n, pf_row_bytes);
+  LineStream lines(reinterpret_cast<const void* const*>(pf), pf_n, pf_row_bytes, pf_every);
   lines.pace(int64_t{d} * (n / 16 + (n % 16) / 8));
   LineStream none(nullptr, 0, 0);
   for (int32_t h0 = 0; h0 < G; h0 += kMaxPass) {
@@ -529,6 +529,14 @@ class GroupAttention {
     return (v_tile_ != 0 ? kVTile : d_) * static_cast<int32_t>(sizeof(T));
   }
 
+  // Lines per software prefetch of a long range the passes will read in address order: one in
+  // kSparseEvery with f32 KV on the AVX-512 passes (kernels/cpu/line_stream.h), where the
+  // hardware prefetchers fetch the others; every line otherwise (bf16 and f16 KV, measured with
+  // bf16; the AVX2 passes, whose column sweeps read V and K out of address order).
+  int32_t sparse_every() const {
+    return !avx2_ && std::is_same_v<E, cpu::F32> ? cpu::kSparseEvery : 1;
+  }
+
   // Processes the chunks of row-stored K still held (before a column-stored block, and at the end).
   void flush_rows() {
     if (pending_) process(chunks_[fill_ ^ 1], &chunks_[fill_]);
@@ -553,13 +561,16 @@ class GroupAttention {
     // per row, whose lines LineStream counts at once (per row, building and counting the lists
     // cost a few hundred instructions per block and head).
     const int32_t n_panels = (n + cpu::kColRows - 1) / cpu::kColRows;
+    // V by tiles, which the AVX-512 value passes read in address order, takes sparse prefetches
+    // (sparse_every).
     std::vector<const void*>& list = w_.rows;
-    int32_t v_pf_bytes;
+    int32_t v_pf_bytes, v_every = 1;
     if (b.idx == nullptr && n_panels == 1 && (v_tile_ != 0 || vs == d_)) {
       const int32_t tiles = v_tile_ != 0 ? d_ / kVTile : 1;
       list.resize(static_cast<size_t>(tiles));
       for (int32_t t = 0; t < tiles; ++t) list[static_cast<size_t>(t)] = v + t * v_tile_;
       v_pf_bytes = sel * static_cast<int32_t>(vs * sizeof(T));
+      if (v_tile_ != 0) v_every = sparse_every();
     } else if (const int32_t* idx = b.idx; idx != nullptr) {
       v_pf_bytes = v_pieces(sel, [=](int32_t i) { return v + idx[i] * vs; });
     } else {
@@ -576,13 +587,14 @@ class GroupAttention {
       const int32_t r0 = p * cpu::kColRows, np = std::min(cpu::kColRows, n - r0);
       const int32_t f0 = p * n_vpf / n_panels, f1 = (p + 1) * n_vpf / n_panels;
       cols_(kt + r0, b.k_ld, np, w_.qs.data(), G_, d_, bs + r0, n_alloc,
-            reinterpret_cast<const T* const*>(list.data() + f0), f1 - f0, v_pf_bytes);
+            reinterpret_cast<const T* const*>(list.data() + f0), f1 - f0, v_pf_bytes, v_every);
     }
     // The next block's K (columns, or rows): the bytes it spans, handed to the value passes'
-    // prefetch; as one range where the selected rows make one chunk, otherwise as pseudo-rows of
-    // d elements, a share per chunk.
+    // prefetch; as one range where the selected rows make one chunk (sparse prefetches where the
+    // cols pass will read it, in address order), otherwise as pseudo-rows of d elements, a share
+    // per chunk.
     list.clear();
-    int32_t k_pf_bytes = row_bytes;
+    int32_t k_pf_bytes = row_bytes, k_every = 1;
     if (next != nullptr && next->s == nullptr && next->k != nullptr && next->rows() > 0) {
       const int64_t span =
           next->k_ld != 0 ? (d_ - 1) * next->k_ld + next->n
@@ -592,6 +604,7 @@ class GroupAttention {
       if (sel <= kChunkRows && span_bytes <= (int64_t{1} << 30)) {
         list.assign(1, nk);
         k_pf_bytes = static_cast<int32_t>(span_bytes);
+        if (next->k_ld != 0) k_every = sparse_every();
       } else {
         const int64_t n_rows = (span + d_ - 1) / d_, dd = d_;
         list.resize(static_cast<size_t>(n_rows));
@@ -622,7 +635,7 @@ class GroupAttention {
       const int32_t f1 = static_cast<int32_t>(int64_t{i0 + m} * n_pf / sel);
       // Only the first head pass prefetches.
       StreamPf first{
-          LineStream(reinterpret_cast<const void* const*>(pf + f0), f1 - f0, k_pf_bytes)};
+          LineStream(reinterpret_cast<const void* const*>(pf + f0), f1 - f0, k_pf_bytes, k_every)};
       StreamPf none{LineStream(nullptr, 0, 0)};
       if (avx2_) first.s.pace(value_steps(passes_[0].gs, m, d_));
       for (size_t i = 0; i < passes_.size(); ++i) {
@@ -632,7 +645,7 @@ class GroupAttention {
                                v_tile_, i == 0 ? first : none);
         } else {
           ps.fns.value(vp, m, s + ps.h0 * kChunkRows, w_.acc.data() + ps.h0 * d_, d_, v_tile_,
-                       pf + f0, i == 0 ? std::min(f1 - f0, m) : 0, k_pf_bytes);
+                       pf + f0, i == 0 ? std::min(f1 - f0, m) : 0, k_pf_bytes, k_every);
         }
       }
       if (avx2_) first.s.rest();
@@ -692,7 +705,7 @@ class GroupAttention {
     for (size_t i = 0; i < passes_.size(); ++i) {
       const Pass& ps = passes_[i];
       ps.fns.value(vp_, nr, s + ps.h0 * kChunkRows, w_.acc.data() + ps.h0 * d_, d_, v_tile_,
-                   pf_rows, i == 0 ? pf_k : 0, pf_bytes);
+                   pf_rows, i == 0 ? pf_k : 0, pf_bytes, 1);
     }
   }
 

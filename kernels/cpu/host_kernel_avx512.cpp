@@ -303,12 +303,12 @@ TANDEM_AVX512 void value_block(const typename L::T* const* rows, int32_t nr, con
 template <class L, int GS>
 TANDEM_AVX512 void value_pass(const typename L::T* const* rows, int32_t nr, const float* p,
                               float* acc, int32_t d, int64_t v_tile, const typename L::T* const* pf,
-                              int32_t pf_n, int32_t pf_row_bytes) {
+                              int32_t pf_n, int32_t pf_row_bytes, int32_t pf_every) {
   constexpr int CB = GS <= 2 ? 8 : 4;
   // The column sweeps below, each nr row steps: the prefetch list's lines spread over them.
   const int32_t rest = d % (16 * CB);
   const int32_t sweeps = d / (16 * CB) + rest / 32 + rest % 32 / 16 + (d % 16 != 0);
-  LineStream pl(reinterpret_cast<const void* const*>(pf), pf_n, pf_row_bytes);
+  LineStream pl(reinterpret_cast<const void* const*>(pf), pf_n, pf_row_bytes, pf_every);
   pl.pace(int64_t{nr} * sweeps);
   int32_t c = 0;
   for (; c + 16 * CB <= d; c += 16 * CB)
@@ -387,7 +387,7 @@ TANDEM_AVX512 void softmax16(float* s, int32_t G, int32_t nr, int32_t nr_pad, fl
 template <class L, int GS, bool kWhole>
 TANDEM_AVX512 void cols_heads(const typename L::T* kt, int64_t ld, int32_t n, const float* q,
                               int32_t d, float* s, int32_t s_stride, const typename L::T* const* pf,
-                              int32_t pf_n, int32_t pf_row_bytes) {
+                              int32_t pf_n, int32_t pf_row_bytes, int32_t pf_every) {
   __mmask16 m[4];
 #pragma GCC unroll 4
   for (int z = 0; z < 4; ++z) {
@@ -408,7 +408,7 @@ TANDEM_AVX512 void cols_heads(const typename L::T* kt, int64_t ld, int32_t n, co
   const __m512i lo_idx = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
   const __m512i hi_idx =
       _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
-  LineStream pf_lines(reinterpret_cast<const void* const*>(pf), pf_n, pf_row_bytes);
+  LineStream pf_lines(reinterpret_cast<const void* const*>(pf), pf_n, pf_row_bytes, pf_every);
   pf_lines.pace(d);
   // Channels in spans of kColSpan, each span's dot products a fresh chain added to the sums in s:
   // one chain of d FMAs per score would round more than the row passes' 16 short chains (seen
@@ -468,7 +468,8 @@ TANDEM_AVX512 void cols_heads(const typename L::T* kt, int64_t ld, int32_t n, co
 template <class L>
 TANDEM_AVX512 void cols_pass(const typename L::T* kt, int64_t ld, int32_t n, const float* q,
                              int32_t G, int32_t d, float* s, int32_t s_stride,
-                             const typename L::T* const* pf, int32_t pf_n, int32_t pf_row_bytes) {
+                             const typename L::T* const* pf, int32_t pf_n, int32_t pf_row_bytes,
+                             int32_t pf_every) {
   for (int32_t h0 = 0; h0 < G; h0 += 4) {
     const int32_t gs = std::min(4, G - h0);
     const float* qh = q + h0 * d;
@@ -479,9 +480,9 @@ TANDEM_AVX512 void cols_pass(const typename L::T* kt, int64_t ld, int32_t n, con
     auto run = [&](auto heads) TANDEM_AVX512_INLINE_LAMBDA {
       constexpr int kGs = decltype(heads)::value;
       if (whole)
-        cols_heads<L, kGs, true>(kt, ld, n, qh, d, sh, s_stride, pf, npf, pf_row_bytes);
+        cols_heads<L, kGs, true>(kt, ld, n, qh, d, sh, s_stride, pf, npf, pf_row_bytes, pf_every);
       else
-        cols_heads<L, kGs, false>(kt, ld, n, qh, d, sh, s_stride, pf, npf, pf_row_bytes);
+        cols_heads<L, kGs, false>(kt, ld, n, qh, d, sh, s_stride, pf, npf, pf_row_bytes, pf_every);
     };
     switch (gs) {
       case 1:

@@ -13,7 +13,8 @@
 //          reads K in address order, channel after channel, each channel's rows as whole
 //          vectors times q_gc broadcast, so no reduction is needed. q: f32 [G, d], pre-scaled.
 //          The rows pf[0, pf_n) (V rows of pf_row_bytes) are prefetched along the way, spread
-//          over the channels.
+//          over the channels: every line, or with pf_every > 1 the first of every pf_every lines
+//          of each row (LineStream).
 // d is a multiple of 8.
 #pragma once
 
@@ -33,16 +34,18 @@ inline constexpr int32_t kColSpan = 32;
 template <typename T>
 using HostColScore = void (*)(const T* kt, int64_t ld, int32_t n, const float* q, int32_t G,
                               int32_t d, float* s, int32_t s_stride, const T* const* pf,
-                              int32_t pf_n, int32_t pf_row_bytes);
+                              int32_t pf_n, int32_t pf_row_bytes, int32_t pf_every);
 
 template <typename T>
 struct HostPasses {
   void (*score)(const T* const* rows, int32_t nr, const float* q, int32_t d, float* s,
                 const T* const* pf, int32_t pf_n);
-  // pf: rows of pf_row_bytes each, prefetched over the pass (the AVX2 passes take rows of d
-  // elements, pf_row_bytes = d * sizeof(T), and prefetch each sweep's columns of them).
+  // pf: rows of pf_row_bytes each, prefetched over the pass, the first of every pf_every lines
+  // (LineStream; the AVX2 passes take rows of d elements, pf_row_bytes = d * sizeof(T), and
+  // prefetch each sweep's columns of them, every line).
   void (*value)(const T* const* rows, int32_t nr, const float* p, float* acc, int32_t d,
-                int64_t v_tile, const T* const* pf, int32_t pf_n, int32_t pf_row_bytes);
+                int64_t v_tile, const T* const* pf, int32_t pf_n, int32_t pf_row_bytes,
+                int32_t pf_every);
 };
 
 // Where channel c of a V row is, from the row's start: c itself by rows (v_tile 0), else in its

@@ -1,9 +1,11 @@
 // LineStream: the software prefetches of a host attention pass (kernels/cpu/host_kernel.cpp and
 // its AVX-512 passes) as a stream of cache lines: rows[0, n) of `bytes` each, in address order,
 // into L2 (why L2: host_kernel.cpp), spread evenly over the pass's loop by an integer accumulator
-// (tick() once per iteration; no division in the loop). Loops copy the stream into a local and
-// back, so that its state stays in registers (through a reference GCC kept it in memory: the
-// AVX2 cols pass 18% slower in L2).
+// (tick() once per iteration; no division in the loop). With `every` > 1 only the first line of
+// every `every` in each row is prefetched: for long ranges that the pass will read in address
+// order, where the hardware prefetchers fetch the lines between (kSparseEvery below). Loops copy
+// the stream into a local and back, so that its state stays in registers (through a reference GCC
+// kept it in memory: the AVX2 cols pass 18% slower in L2).
 //
 // Plain inline code (no target attribute): the AVX2 and AVX-512 translation units share one
 // definition.
@@ -16,16 +18,29 @@
 
 namespace tandem::cpu {
 
+// Lines per software prefetch in a long range read in address order with f32 KV on the AVX-512
+// passes: one prefetch to L2 per 256 bytes lets the hardware prefetchers bring the other three
+// lines, where a prefetch for every line capped two cores at ~39 GB/s in the minutes the memory
+// gave 48-50 (Zen 4, docs/host-attention.md, fourteenth session). With bf16 KV the hardware
+// prefetchers did not fill the gaps (every line is prefetched there).
+inline constexpr int32_t kSparseEvery = 4;
+
 class LineStream {
  public:
-  LineStream(const void* const* rows, int32_t n, int32_t bytes)
-      : rows_(rows), left_(n), bytes_(bytes) {}
-  // Cache lines the rows span.
+  LineStream(const void* const* rows, int32_t n, int32_t bytes, int32_t every = 1)
+      : rows_(rows),
+        left_(n),
+        bytes_(bytes),
+        step_(uintptr_t{64} * static_cast<uintptr_t>(every)) {}
+  // Prefetches the rows take: per row, its cache lines divided by `every`, rounded up.
   int64_t lines() const {
+    const int64_t every = static_cast<int64_t>(step_ >> 6);
     int64_t n = 0;
     for (int32_t i = 0; i < left_; ++i) {
       const uintptr_t a = reinterpret_cast<uintptr_t>(rows_[i]);
-      n += static_cast<int64_t>(((a + static_cast<uintptr_t>(bytes_) + 63) >> 6) - (a >> 6));
+      const auto spanned =
+          static_cast<int64_t>(((a + static_cast<uintptr_t>(bytes_) + 63) >> 6) - (a >> 6));
+      n += (spanned + every - 1) / every;
     }
     return n;
   }
@@ -50,22 +65,29 @@ class LineStream {
   void rest() {
     while (cur_ < end_ || left_ > 0) step();
   }
-
- private:
-  void step() {
+  // The next line to prefetch (0 when none is left), advancing past it: what step() issues.
+  uintptr_t next_line() {
     if (cur_ >= end_) {
-      if (left_ == 0) return;
+      if (left_ == 0) return 0;
       const uintptr_t a = reinterpret_cast<uintptr_t>(*rows_++);
       --left_;
       cur_ = a & ~uintptr_t{63};
       end_ = a + static_cast<uintptr_t>(bytes_);
     }
-    _mm_prefetch(reinterpret_cast<const char*>(cur_), _MM_HINT_T2);
-    cur_ += 64;
+    const uintptr_t line = cur_;
+    cur_ += step_;
+    return line;
+  }
+
+ private:
+  void step() {
+    if (const uintptr_t line = next_line(); line != 0)
+      _mm_prefetch(reinterpret_cast<const char*>(line), _MM_HINT_T2);
   }
 
   const void* const* rows_;
   int32_t left_, bytes_;
+  uintptr_t step_;  // bytes from one prefetched line to the next in a row
   uintptr_t cur_ = 0, end_ = 0;
   int32_t num_ = 0, den_ = 1, acc_ = 0;
 };
