@@ -676,20 +676,18 @@ class GroupAttention {
     // chunk's V rows, the column sweeps of the values the next chunk's K rows, column by column.
     // With given scores there are no K rows: the next chunk's V rows are prefetched instead.
     // V by tiles: a row's bytes are one piece per tile, so the lists of V rows become lists of
-    // pieces (the AVX-512 value passes take pieces of any size; the AVX2 ones and the score
-    // passes rows of d elements, so there V by tiles is not prefetched).
+    // pieces (the AVX-512 value passes take pieces of any size; the AVX2 ones, which prefetch
+    // columns of rows of d elements, then go through value_pass_stream, whose LineStream takes
+    // them too; the score passes take rows of d elements, so there V by tiles is not prefetched).
     int32_t pf_k = next != nullptr ? next->n : 0;
     const T* const* pf_rows = next == nullptr ? nullptr : scored_ ? next->v : next->k;
     int32_t pf_bytes = d_ * static_cast<int32_t>(sizeof(T));
-    if (v_tile_ != 0 && scored_ && pf_k > 0) {
-      if (avx2_) {
-        pf_k = 0;
-      } else {
-        const T* const* nv = next->v;
-        pf_bytes = v_pieces(pf_k, [=](int32_t j) { return nv[j]; });
-        pf_rows = reinterpret_cast<const T* const*>(w_.rows.data());
-        pf_k = static_cast<int32_t>(w_.rows.size());
-      }
+    const bool pieces = v_tile_ != 0 && scored_;
+    if (pieces && pf_k > 0) {
+      const T* const* nv = next->v;
+      pf_bytes = v_pieces(pf_k, [=](int32_t j) { return nv[j]; });
+      pf_rows = reinterpret_cast<const T* const*>(w_.rows.data());
+      pf_k = static_cast<int32_t>(w_.rows.size());
     }
     if (scored_) {
       for (int32_t j = 0; j < nr; ++j)
@@ -702,6 +700,19 @@ class GroupAttention {
       }
     }
     softmax_(s, G_, nr, nr_pad, w_.m.data(), w_.l.data(), w_.acc.data(), d_);
+    if (avx2_ && pieces) {
+      // Only the first head pass prefetches, paced over its row steps.
+      StreamPf first{LineStream(reinterpret_cast<const void* const*>(pf_rows), pf_k, pf_bytes)};
+      StreamPf none{LineStream(nullptr, 0, 0)};
+      first.s.pace(value_steps(passes_[0].gs, nr, d_));
+      for (size_t i = 0; i < passes_.size(); ++i) {
+        const Pass& ps = passes_[i];
+        value_pass_stream<E>(ps.gs, vp_, nr, s + ps.h0 * kChunkRows, w_.acc.data() + ps.h0 * d_, d_,
+                             v_tile_, i == 0 ? first : none);
+      }
+      first.s.rest();
+      return;
+    }
     for (size_t i = 0; i < passes_.size(); ++i) {
       const Pass& ps = passes_[i];
       ps.fns.value(vp_, nr, s + ps.h0 * kChunkRows, w_.acc.data() + ps.h0 * d_, d_, v_tile_,
