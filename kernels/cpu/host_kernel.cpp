@@ -682,10 +682,26 @@ class GroupAttention {
     int32_t pf_k = next != nullptr ? next->n : 0;
     const T* const* pf_rows = next == nullptr ? nullptr : scored_ ? next->v : next->k;
     int32_t pf_bytes = d_ * static_cast<int32_t>(sizeof(T));
+    // Where the next chunk's rows follow each other in their tiles (a whole block's), its V is
+    // one range per tile, which the AVX-512 value passes read in address order: sparse
+    // prefetches (sparse_every), and two entries for LineStream to count instead of 2 per row
+    // (value offload, 1 thread, 32K context: f32 15.4 -> 19.4 GB/s, bf16 11.7 -> 15.5). The
+    // AVX2 passes keep the pieces (as fast or 3% faster there).
     const bool pieces = v_tile_ != 0 && scored_;
+    int32_t pf_every = 1;
     if (pieces && pf_k > 0) {
       const T* const* nv = next->v;
-      pf_bytes = v_pieces(pf_k, [=](int32_t j) { return nv[j]; });
+      bool runs = !avx2_;
+      for (int32_t j = 1; j < pf_k && runs; ++j) runs = nv[j] == nv[j - 1] + kVTile;
+      if (runs) {
+        const int32_t tiles = d_ / kVTile;
+        w_.rows.resize(static_cast<size_t>(tiles));
+        for (int32_t t = 0; t < tiles; ++t) w_.rows[static_cast<size_t>(t)] = nv[0] + t * v_tile_;
+        pf_bytes = pf_k * kVTile * static_cast<int32_t>(sizeof(T));
+        pf_every = sparse_every();
+      } else {
+        pf_bytes = v_pieces(pf_k, [=](int32_t j) { return nv[j]; });
+      }
       pf_rows = reinterpret_cast<const T* const*>(w_.rows.data());
       pf_k = static_cast<int32_t>(w_.rows.size());
     }
@@ -716,7 +732,7 @@ class GroupAttention {
     for (size_t i = 0; i < passes_.size(); ++i) {
       const Pass& ps = passes_[i];
       ps.fns.value(vp_, nr, s + ps.h0 * kChunkRows, w_.acc.data() + ps.h0 * d_, d_, v_tile_,
-                   pf_rows, i == 0 ? pf_k : 0, pf_bytes, 1);
+                   pf_rows, i == 0 ? pf_k : 0, pf_bytes, pf_every);
     }
   }
 
