@@ -15,7 +15,8 @@
 // the in-cache speed, hence the register pinning below and the pass width of 4 heads. From
 // memory, software prefetches spread over the compute keep the next rows in flight: a chunk's V
 // rows during its scores, the next chunk's K rows during its values (chunks are gathered one
-// ahead for that).
+// ahead for that); with f32 KV on the AVX-512 passes one line in four of the long ranges read
+// in address order, the hardware prefetchers fetching the rest (GroupAttention::sparse_every).
 #include "kernels/cpu/host_kernel.h"
 
 #include <algorithm>
@@ -684,9 +685,9 @@ class GroupAttention {
     int32_t pf_bytes = d_ * static_cast<int32_t>(sizeof(T));
     // Where the next chunk's rows follow each other in their tiles (a whole block's), its V is
     // one range per tile, which the AVX-512 value passes read in address order: sparse
-    // prefetches (sparse_every), and two entries for LineStream to count instead of 2 per row
-    // (value offload, 1 thread, 32K context: f32 15.4 -> 19.4 GB/s, bf16 11.7 -> 15.5). The
-    // AVX2 passes keep the pieces (as fast or 3% faster there).
+    // prefetches (sparse_every), and one entry per tile for LineStream to count instead of one
+    // per row and tile (value offload, 1 thread, 32K context: f32 15.4 -> 19.4 GB/s, bf16 11.7
+    // -> 15.5). The AVX2 passes keep the pieces (3% faster there than the ranges).
     const bool pieces = v_tile_ != 0 && scored_;
     int32_t pf_every = 1;
     if (pieces && pf_k > 0) {
