@@ -1,6 +1,8 @@
 // Buffer and the host heap allocator. Buffer's Backend& members live in backend.cpp.
 #include "kernels/buffer.h"
 
+#include <sys/mman.h>
+
 #include <cstdlib>
 #include <cstring>
 
@@ -18,9 +20,24 @@ void* heap_allocate(void*, int64_t bytes) {
 
 void heap_deallocate(void*, void* p) noexcept { std::free(p); }
 
+void* huge_allocate(void*, int64_t bytes) {
+  constexpr int64_t kHuge = int64_t{2} << 20;
+  if (bytes < kHuge) return heap_allocate(nullptr, bytes);
+  const size_t rounded = static_cast<size_t>((bytes + kHuge - 1) / kHuge * kHuge);
+  void* p = std::aligned_alloc(static_cast<size_t>(kHuge), rounded);
+  if (p == nullptr) TANDEM_FAIL(kOutOfMemory, "cannot allocate ", bytes, " bytes");
+  // Advice only: where it is refused (THP "never", or no such call) the pages stay 4 KiB.
+  (void)madvise(p, rounded, MADV_HUGEPAGE);
+  return p;
+}
+
 }  // namespace
 
 Allocator host_heap(MemoryKind kind) { return {&heap_allocate, &heap_deallocate, nullptr, kind}; }
+
+Allocator host_heap_huge(MemoryKind kind) {
+  return {&huge_allocate, &heap_deallocate, nullptr, kind};
+}
 
 Buffer::Buffer(const Allocator& alloc, DType t, std::initializer_list<int64_t> dims)
     : view_(nullptr, t, dims, alloc.kind) {

@@ -35,6 +35,14 @@ struct Allocator {
 // or the memory that host bytes stand in for where there is no device (a CPU-only KV tier).
 Allocator host_heap(MemoryKind kind = MemoryKind::kHost);
 
+// The host heap for large buffers read as long streams (the KV pools' chunks,
+// kvstore/block_pool.h): from 2 MiB up, 2 MiB aligned, a multiple of 2 MiB, and advised for
+// transparent huge pages (madvise MADV_HUGEPAGE), which the kernel backs with 2 MiB pages where
+// THP is "madvise" or "always" (4 KiB pages where it is "never", as host_heap); smaller buffers
+// as host_heap. docs/host-attention.md, fourteenth session: the host attention kernel read 8%
+// more per second from such pages.
+Allocator host_heap_huge(MemoryKind kind = MemoryKind::kHost);
+
 // Move-only owner of one allocation. An empty Buffer (default-constructed or moved from) owns
 // nothing; every other one owns exactly one allocation, zero bytes included (its view has a
 // non-null pointer and numel() 0), and gives it back to its allocator once, when destroyed or

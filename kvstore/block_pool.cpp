@@ -37,9 +37,11 @@ void BlockPool::grow() {
   const int64_t bytes = chunk_blocks_ * block_bytes_;
   if (backend_ != nullptr)
     backend_chunks_.emplace_back(*backend_, DType::kU8, std::initializer_list<int64_t>{bytes});
+  // Host chunks on huge pages where they are large enough (host_heap_huge): the host attention
+  // streams them.
   if (backend_ == nullptr || mirrored_)
-    chunks_.emplace_back(DType::kU8, std::initializer_list<int64_t>{bytes},
-                         backend_ ? MemoryKind::kHost : memory_);
+    chunks_.emplace_back(host_heap_huge(backend_ ? MemoryKind::kHost : memory_), DType::kU8,
+                         std::initializer_list<int64_t>{bytes});
   const size_t c = static_cast<size_t>(n);
   bases_[c] = static_cast<uint8_t*>(backend_ ? backend_chunks_.back().view().data
                                              : chunks_.back().view().data);

@@ -4,7 +4,10 @@
 #include <catch2/catch.hpp>
 #include <cstdint>
 #include <cstring>
+#include <fstream>
 #include <map>
+#include <sstream>
+#include <string>
 #include <type_traits>
 #include <utility>
 
@@ -209,4 +212,58 @@ TEST_CASE("buffer: a failed allocation throws and leaves nothing allocated", "[b
   CHECK(mem.allocs == 3);
   CHECK(mem.frees == 0);
   CHECK(mem.live.empty());
+}
+
+namespace {
+
+// /proc/self/smaps: whether the mapping holding p is eligible for transparent huge pages (-1: no
+// such line, or p in no mapping).
+int thp_eligible(const void* p) {
+  std::ifstream smaps("/proc/self/smaps");
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  bool inside = false;
+  for (std::string line; std::getline(smaps, line);) {
+    uintptr_t lo = 0, hi = 0;
+    char dash = 0;
+    std::istringstream head(line);
+    if (head >> std::hex >> lo >> dash >> hi && dash == '-') {
+      inside = lo <= a && a < hi;
+    } else if (inside && line.rfind("THPeligible:", 0) == 0) {
+      return std::stoi(line.substr(12));
+    }
+  }
+  return -1;
+}
+
+std::string thp_mode() {
+  std::ifstream f("/sys/kernel/mm/transparent_hugepage/enabled");
+  std::string s;
+  std::getline(f, s);
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("buffer: host_heap_huge aligns large buffers to 2 MiB and advises huge pages",
+          "[buffer]") {
+  constexpr uintptr_t kHuge = uintptr_t{2} << 20;
+  Buffer small(host_heap_huge(), DType::kU8, {1000});
+  CHECK(reinterpret_cast<uintptr_t>(small.view().data) % 64 == 0);
+  const int64_t n = (int64_t{3} << 20) + 5;  // not a multiple of 2 MiB
+  Buffer big(host_heap_huge(MemoryKind::kDevice), DType::kU8, {n});
+  CHECK(big.view().memory == MemoryKind::kDevice);
+  auto* p = static_cast<unsigned char*>(big.view().data);
+  CHECK(reinterpret_cast<uintptr_t>(p) % kHuge == 0);
+  std::memset(p, 7, static_cast<size_t>(n));  // every byte asked for is there
+  CHECK(p[n - 1] == 7);
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+  // Where THP is "madvise" or "always", the buffer's mapping may take huge pages (the
+  // sanitizers' allocators map memory their own way: not checked there).
+  const std::string mode = thp_mode();
+  const int eligible = thp_eligible(p);
+  INFO("THP " << mode << ", THPeligible " << eligible);
+  if (eligible >= 0 &&
+      (mode.find("[madvise]") != std::string::npos || mode.find("[always]") != std::string::npos))
+    CHECK(eligible == 1);
+#endif
 }

@@ -73,8 +73,8 @@ struct HostLayer {
   std::unique_ptr<char, Free> mem;
   std::vector<std::vector<HostBlockRef>> refs;  // [batch * n_head_kv]
 
-  // huge_pages: 2 MiB aligned and madvise(MADV_HUGEPAGE), as a host store could allocate its
-  // pool; otherwise 4 KiB pages (what a plain aligned_alloc gives).
+  // huge_pages: 2 MiB aligned and madvise(MADV_HUGEPAGE), as the host store allocates its pool
+  // (host_heap_huge, kernels/buffer.h); otherwise 4 KiB pages (what a plain aligned_alloc gives).
   HostLayer(const Shape& s, uint64_t seed, bool huge_pages) {
     constexpr size_t kHuge = size_t{2} << 20;
     const size_t bytes = (static_cast<size_t>(s.layer_bytes()) + kHuge - 1) / kHuge * kHuge;
