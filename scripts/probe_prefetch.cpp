@@ -10,17 +10,23 @@
 // run (AVX-512 machine):
 //   g++ -O3 -std=c++20 -march=x86-64-v4 -pthread scripts/probe_prefetch.cpp -o /tmp/probe_prefetch
 //   /tmp/probe_prefetch [rounds]
+#if defined(__GNUC__) && !defined(__clang__)
+// GCC 12's AVX-512 intrinsics pass _mm512_undefined_*() placeholders
+// (kernels/cpu/host_kernel_avx512.cpp).
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #include <immintrin.h>
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
-#include <thread>
 #include <vector>
+
+#include "probe_second.h"
 
 namespace {
 
@@ -102,44 +108,6 @@ float run(const Variant& v, const char* layer, int t) {
   }
 }
 
-// Thread 1 of every call, one thread for the whole run (spins between calls).
-class Second {
- public:
-  Second() : thread_([this] { loop(); }) {}
-  ~Second() {
-    job_.store(-1, std::memory_order_release);
-    thread_.join();
-  }
-  void start(const Variant* v, const char* layer) {
-    v_ = v;
-    layer_ = layer;
-    job_.fetch_add(1, std::memory_order_release);
-  }
-  float wait() {
-    while (done_.load(std::memory_order_acquire) != job_.load(std::memory_order_relaxed)) {
-    }
-    return result_;
-  }
-
- private:
-  void loop() {
-    for (int seen = 0;;) {
-      int j;
-      while ((j = job_.load(std::memory_order_acquire)) == seen) {
-      }
-      if (j < 0) return;
-      seen = j;
-      result_ = run(*v_, layer_, 1);
-      done_.store(seen, std::memory_order_release);
-    }
-  }
-  std::atomic<int> job_{0}, done_{0};
-  const Variant* v_ = nullptr;
-  const char* layer_ = nullptr;
-  float result_ = 0;
-  std::thread thread_;
-};
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -151,7 +119,7 @@ int main(int argc, char** argv) {
   }
   for (float& q : g_q) q = 0.001f;
   volatile float sink = 0;
-  Second second;
+  SecondThread second;
   int rot = 0;
   for (int r = 0; r < rounds; ++r) {
     std::printf("{\"unix_time\":%lld", static_cast<long long>(std::time(nullptr)));
@@ -160,7 +128,7 @@ int main(int argc, char** argv) {
       for (int rep = 0; rep < 3; ++rep) {
         const char* layer = layers[(rot++ + r) % 4];  // each variant meets every layer
         const auto t0 = std::chrono::steady_clock::now();
-        second.start(&v, layer);
+        second.start([&v, layer] { return run(v, layer, 1); });
         const float s0 = run(v, layer, 0);
         sink = sink + s0 + second.wait();
         best = std::min(
