@@ -24,7 +24,8 @@
 //   g++ -O3 -std=c++20 -march=x86-64-v4 -pthread scripts/probe_pattern.cpp -o /tmp/probe_pattern
 //   (with the real kernel: add -DPROBE_TANDEM -I. before the source, build/libtandem_core.a -ltbb
 //   after it)
-//   /tmp/probe_pattern [rounds [variants]]   (variants: names to run, e.g. stream,tandem_tiles;
+//   [PROBE_HUGE_PAGES=1] /tmp/probe_pattern [rounds [variants]]   (2 MiB pages with the variable
+//   set; variants: names to run, e.g. stream,tandem_tiles;
 //   default all)
 #if defined(__GNUC__) && !defined(__clang__)
 // GCC 12's AVX-512 intrinsics pass _mm512_undefined_*() placeholders
@@ -33,6 +34,7 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
 #include <immintrin.h>
+#include <sys/mman.h>
 
 #include <algorithm>
 #include <chrono>
@@ -258,9 +260,12 @@ int main(int argc, char** argv) {
       }
     variants = only;
   }
+  const bool huge = std::getenv("PROBE_HUGE_PAGES") != nullptr;
   char* layers[4];
   for (char*& l : layers) {
-    l = static_cast<char*>(std::aligned_alloc(4096, kLayer));
+    // PROBE_HUGE_PAGES set: 2 MiB pages (as the host store's pool), else 4 KiB ones.
+    l = static_cast<char*>(std::aligned_alloc(size_t{2} << 20, kLayer));
+    madvise(l, kLayer, huge ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
     // bf16 values 0.0078-0.0156 (0x3c00 + 0..96), which read as f32 are in that range too.
     for (size_t i = 0; i < kLayer / 2; ++i)
       reinterpret_cast<uint16_t*>(l)[i] = static_cast<uint16_t>(0x3c00 + i % 97);

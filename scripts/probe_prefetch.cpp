@@ -9,7 +9,7 @@
 // every line 32 KB ahead took `fma` from ~52 to ~41 GB/s, one in four lines gave ~56. Build and
 // run (AVX-512 machine):
 //   g++ -O3 -std=c++20 -march=x86-64-v4 -pthread scripts/probe_prefetch.cpp -o /tmp/probe_prefetch
-//   /tmp/probe_prefetch [rounds]
+//   [PROBE_HUGE_PAGES=1] /tmp/probe_prefetch [rounds]   (2 MiB pages with the variable set)
 #if defined(__GNUC__) && !defined(__clang__)
 // GCC 12's AVX-512 intrinsics pass _mm512_undefined_*() placeholders
 // (kernels/cpu/host_kernel_avx512.cpp).
@@ -17,6 +17,7 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
 #include <immintrin.h>
+#include <sys/mman.h>
 
 #include <algorithm>
 #include <chrono>
@@ -112,9 +113,12 @@ float run(const Variant& v, const char* layer, int t) {
 
 int main(int argc, char** argv) {
   const int rounds = argc > 1 ? std::atoi(argv[1]) : 10;
+  const bool huge = std::getenv("PROBE_HUGE_PAGES") != nullptr;
   char* layers[4];
   for (char*& l : layers) {
-    l = static_cast<char*>(std::aligned_alloc(4096, kLayer));
+    // PROBE_HUGE_PAGES set: 2 MiB pages (as the host store's pool), else 4 KiB ones.
+    l = static_cast<char*>(std::aligned_alloc(size_t{2} << 20, kLayer));
+    madvise(l, kLayer, huge ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
     std::memset(l, 1, kLayer);
   }
   for (float& q : g_q) q = 0.001f;
