@@ -530,6 +530,42 @@ class GroupAttention {
     return (v_tile_ != 0 ? kVTile : d_) * static_cast<int32_t>(sizeof(T));
   }
 
+  // The prefetch list (w_.rows) of n rows that follow each other from v0 (a whole block's): one
+  // range per tile (one range by rows of d elements, vs == d). Returns the ranges' bytes.
+  int32_t v_ranges(const T* v0, int32_t n, int64_t vs) {
+    const int32_t tiles = v_tile_ != 0 ? d_ / kVTile : 1;
+    w_.rows.resize(static_cast<size_t>(tiles));
+    for (int32_t t = 0; t < tiles; ++t) w_.rows[static_cast<size_t>(t)] = v0 + t * v_tile_;
+    return n * static_cast<int32_t>(vs * sizeof(T));
+  }
+
+  // The value passes of a chunk (rows vp[0, nr), probabilities in w_.s), the first one
+  // prefetching pf[0, pf_n) (pf_bytes each, one line in pf_every): through value_pass_stream,
+  // whose LineStream is paced over the first pass's row steps (stream: the AVX2 passes where the
+  // list is not rows of d elements), or through each pass's own value function.
+  void value_passes(const T* const* vp, int32_t nr, const T* const* pf, int32_t pf_n,
+                    int32_t pf_bytes, int32_t pf_every, bool stream) {
+    float* s = w_.s.data();
+    if (stream) {
+      StreamPf first{
+          LineStream(reinterpret_cast<const void* const*>(pf), pf_n, pf_bytes, pf_every)};
+      StreamPf none{LineStream(nullptr, 0, 0)};
+      first.s.pace(value_steps(passes_[0].gs, nr, d_));
+      for (size_t i = 0; i < passes_.size(); ++i) {
+        const Pass& ps = passes_[i];
+        value_pass_stream<E>(ps.gs, vp, nr, s + ps.h0 * kChunkRows, w_.acc.data() + ps.h0 * d_, d_,
+                             v_tile_, i == 0 ? first : none);
+      }
+      first.s.rest();
+      return;
+    }
+    for (size_t i = 0; i < passes_.size(); ++i) {
+      const Pass& ps = passes_[i];
+      ps.fns.value(vp, nr, s + ps.h0 * kChunkRows, w_.acc.data() + ps.h0 * d_, d_, v_tile_, pf,
+                   i == 0 ? pf_n : 0, pf_bytes, pf_every);
+    }
+  }
+
   // Lines per software prefetch of a long range the passes will read in address order: one in
   // kSparseEvery with f32 KV on the AVX-512 passes (kernels/cpu/line_stream.h), where the
   // hardware prefetchers fetch the others; every line otherwise (bf16 and f16 KV, measured with
@@ -567,10 +603,7 @@ class GroupAttention {
     std::vector<const void*>& list = w_.rows;
     int32_t v_pf_bytes, v_every = 1;
     if (b.idx == nullptr && n_panels == 1 && (v_tile_ != 0 || vs == d_)) {
-      const int32_t tiles = v_tile_ != 0 ? d_ / kVTile : 1;
-      list.resize(static_cast<size_t>(tiles));
-      for (int32_t t = 0; t < tiles; ++t) list[static_cast<size_t>(t)] = v + t * v_tile_;
-      v_pf_bytes = sel * static_cast<int32_t>(vs * sizeof(T));
+      v_pf_bytes = v_ranges(v, sel, vs);
       if (v_tile_ != 0) v_every = sparse_every();
     } else if (const int32_t* idx = b.idx; idx != nullptr) {
       v_pf_bytes = v_pieces(sel, [=](int32_t i) { return v + idx[i] * vs; });
@@ -634,22 +667,9 @@ class GroupAttention {
       softmax_(s, G_, m, (m + 15) & ~15, w_.m.data(), w_.l.data(), w_.acc.data(), d_);
       const int32_t f0 = static_cast<int32_t>(int64_t{i0} * n_pf / sel);
       const int32_t f1 = static_cast<int32_t>(int64_t{i0 + m} * n_pf / sel);
-      // Only the first head pass prefetches.
-      StreamPf first{
-          LineStream(reinterpret_cast<const void* const*>(pf + f0), f1 - f0, k_pf_bytes, k_every)};
-      StreamPf none{LineStream(nullptr, 0, 0)};
-      if (avx2_) first.s.pace(value_steps(passes_[0].gs, m, d_));
-      for (size_t i = 0; i < passes_.size(); ++i) {
-        const Pass& ps = passes_[i];
-        if (avx2_) {
-          value_pass_stream<E>(ps.gs, vp, m, s + ps.h0 * kChunkRows, w_.acc.data() + ps.h0 * d_, d_,
-                               v_tile_, i == 0 ? first : none);
-        } else {
-          ps.fns.value(vp, m, s + ps.h0 * kChunkRows, w_.acc.data() + ps.h0 * d_, d_, v_tile_,
-                       pf + f0, i == 0 ? std::min(f1 - f0, m) : 0, k_pf_bytes, k_every);
-        }
-      }
-      if (avx2_) first.s.rest();
+      // The AVX2 passes prefetch the K span's pieces through their LineStream.
+      value_passes(vp, m, pf + f0, avx2_ ? f1 - f0 : std::min(f1 - f0, m), k_pf_bytes, k_every,
+                   avx2_);
     }
   }
 
@@ -695,10 +715,7 @@ class GroupAttention {
       bool runs = !avx2_;
       for (int32_t j = 1; j < pf_k && runs; ++j) runs = nv[j] == nv[j - 1] + kVTile;
       if (runs) {
-        const int32_t tiles = d_ / kVTile;
-        w_.rows.resize(static_cast<size_t>(tiles));
-        for (int32_t t = 0; t < tiles; ++t) w_.rows[static_cast<size_t>(t)] = nv[0] + t * v_tile_;
-        pf_bytes = pf_k * kVTile * static_cast<int32_t>(sizeof(T));
+        pf_bytes = v_ranges(nv[0], pf_k, kVTile);
         pf_every = sparse_every();
       } else {
         pf_bytes = v_pieces(pf_k, [=](int32_t j) { return nv[j]; });
@@ -717,24 +734,7 @@ class GroupAttention {
       }
     }
     softmax_(s, G_, nr, nr_pad, w_.m.data(), w_.l.data(), w_.acc.data(), d_);
-    if (avx2_ && pieces) {
-      // Only the first head pass prefetches, paced over its row steps.
-      StreamPf first{LineStream(reinterpret_cast<const void* const*>(pf_rows), pf_k, pf_bytes)};
-      StreamPf none{LineStream(nullptr, 0, 0)};
-      first.s.pace(value_steps(passes_[0].gs, nr, d_));
-      for (size_t i = 0; i < passes_.size(); ++i) {
-        const Pass& ps = passes_[i];
-        value_pass_stream<E>(ps.gs, vp_, nr, s + ps.h0 * kChunkRows, w_.acc.data() + ps.h0 * d_, d_,
-                             v_tile_, i == 0 ? first : none);
-      }
-      first.s.rest();
-      return;
-    }
-    for (size_t i = 0; i < passes_.size(); ++i) {
-      const Pass& ps = passes_[i];
-      ps.fns.value(vp_, nr, s + ps.h0 * kChunkRows, w_.acc.data() + ps.h0 * d_, d_, v_tile_,
-                   pf_rows, i == 0 ? pf_k : 0, pf_bytes, pf_every);
-    }
+    value_passes(vp_, nr, pf_rows, pf_k, pf_bytes, pf_every, avx2_ && pieces);
   }
 
   int32_t G_, d_;
