@@ -171,7 +171,7 @@ void pack_x_bf16(const float* x, int64_t ldx, int64_t n, int64_t k, int nr, uint
 }
 
 // One task: weight rows [j0, j0 + rows) x x rows [i0, i0 + cols), all of k, into `tile`
-// ([mc][ldt], ldt = nc), then into y (+ bias).
+// ([mc][ldt], ldt = nc + 16), then into y (+ bias).
 struct Task {
   const PrefillPath& path;
   DType wt;
@@ -185,7 +185,9 @@ struct Task {
 
   void run(int64_t j0, int64_t rows, int64_t i0, int64_t cols) const {
     thread_local std::vector<float> tile_buf, wbuf;
-    const int64_t ldt = path.nc;
+    // A row stride of nc + 16 floats: at nc (a power of two times 64 bytes) the rows of a tile
+    // column fell into a few L1 sets, and the transpose below missed on every row.
+    const int64_t ldt = path.nc + 16;
     tile_buf.resize(static_cast<size_t>(path.mc * ldt));
     wbuf.resize(static_cast<size_t>(path.mr * path.kc));
     float* tile = tile_buf.data();
@@ -240,10 +242,27 @@ struct Task {
                    ldt, kb > 0);
       }
     }
+    store_tile(tile, ldt, rows, cols, bias != nullptr ? bias + j0 : nullptr, y + i0 * ldy + j0);
+  }
+
+  // y[i * ldy + r] = tile[r * ldt + i] (+ b[r]) for r < rows, i < cols: 8 x 8 blocks transposed
+  // in registers, the edges one element at a time.
+  void store_tile(const float* tile, int64_t ldt, int64_t rows, int64_t cols, const float* b,
+                  float* yt) const {
+    const int64_t r8 = rows & ~int64_t{7}, c8 = cols & ~int64_t{7};
+    for (int64_t r = 0; r < r8; r += 8)
+      for (int64_t i = 0; i < c8; i += 8) {
+        __m256 v[8];
+        for (int a = 0; a < 8; ++a) v[a] = _mm256_loadu_ps(tile + (r + a) * ldt + i);
+        transpose8(v);
+        if (b != nullptr)  // (no + 0 without a bias: -0 stays -0, as on the edges)
+          for (int a = 0; a < 8; ++a) v[a] = _mm256_add_ps(v[a], _mm256_loadu_ps(b + r));
+        for (int a = 0; a < 8; ++a) _mm256_storeu_ps(yt + (i + a) * ldy + r, v[a]);
+      }
     for (int64_t i = 0; i < cols; ++i) {
-      float* yr = y + (i0 + i) * ldy + j0;
-      for (int64_t r = 0; r < rows; ++r)
-        yr[r] = bias != nullptr ? tile[r * ldt + i] + bias[j0 + r] : tile[r * ldt + i];
+      float* yr = yt + i * ldy;
+      for (int64_t r = i < c8 ? r8 : 0; r < rows; ++r)
+        yr[r] = b != nullptr ? tile[r * ldt + i] + b[r] : tile[r * ldt + i];
     }
   }
 };
