@@ -15,6 +15,7 @@ enum class CpuAttnMode : uint8_t {
   kParallel,     // host part starts when the layer's q is known (HGCA)
   kAhead,        // host part of layer i+1 starts during layer i with a predicted q (ScoutAttention)
   kAheadOracle,  // the ahead code path fed the true q (a test and diagnosis mode)
+  kAuto,         // ahead on a device backend, parallel on the CPU backend (KvConfig::resolved)
 };
 
 struct KvConfig {
@@ -37,7 +38,11 @@ struct KvConfig {
   // selected values with the approximate weights (Eq. 5), never reading the keys.
   bool value_offload = false;
   int32_t key_bits = 8;
-  CpuAttnMode cpu_attn = CpuAttnMode::kAhead;
+  // auto: ahead where a device runs the model, which hides the host attention behind a whole
+  // layer of device work; parallel on the CPU backend, where the device part runs on the same
+  // cores (nothing to hide behind) and the predicted query would cost a second W_q product per
+  // layer and the prediction's error.
+  CpuAttnMode cpu_attn = CpuAttnMode::kAuto;
   int32_t cpu_threads = 0;  // host attention workers (0 = all cores)
   float maw_alpha = 0.1f;   // MAW moving-average factor
   int32_t observe = 32;     // prompt queries whose attention seeds the MAW of prompt tokens
@@ -63,6 +68,9 @@ struct KvConfig {
   // Throws kInvalidArgument on inconsistent values (window < block, block 0, ...).
   void validate() const;
   std::string describe() const;  // "window=1024 block=64 sparse=hgca(1) cpu-attn=ahead"
+  // This config with cpu_attn auto made concrete for a backend whose memory is host memory
+  // (host_backend: the CPU backend) or not (a device).
+  KvConfig resolved(bool host_backend) const;
 };
 
 std::string_view policy_name(SparsePolicy p);

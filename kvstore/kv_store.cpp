@@ -31,8 +31,17 @@ std::string_view mode_name(CpuAttnMode m) {
       return "ahead";
     case CpuAttnMode::kAheadOracle:
       return "ahead-oracle";
+    case CpuAttnMode::kAuto:
+      return "auto";
   }
   return "?";
+}
+
+KvConfig KvConfig::resolved(bool host_backend) const {
+  KvConfig c = *this;
+  if (c.cpu_attn == CpuAttnMode::kAuto)
+    c.cpu_attn = host_backend ? CpuAttnMode::kParallel : CpuAttnMode::kAhead;
+  return c;
 }
 
 void KvConfig::validate() const {
@@ -113,7 +122,7 @@ void KvPlanner::release(std::unique_ptr<SequenceKv> kv, std::span<const int32_t>
 
 KvStore::KvStore(Backend& backend, const KvShape& shape, const KvConfig& cfg, int32_t max_sequences,
                  int32_t max_context)
-    : backend_(backend), shape_(shape), cfg_(cfg) {
+    : backend_(backend), shape_(shape), cfg_(cfg.resolved(backend.host_accessible())) {
   cfg_.validate();
   if (cfg_.dense) return;
   const BlockLayout layout{cfg_.block, shape.n_head_kv, shape.head_dim, cfg_.kv_dtype,

@@ -187,10 +187,11 @@ constexpr OptionSpec kOptions[] = {
     choice("key-bits", kLoads, kKv, "8|4", "8",
            "--value-offload: bits of the key codes (per block, KV head and channel over the "
            "block's min/max)"),
-    choice("cpu-attn", kLoads, kKv, "parallel|ahead|ahead-oracle", "ahead",
+    choice("cpu-attn", kLoads, kKv, "auto|parallel|ahead|ahead-oracle", "auto",
            "start of the host attention: with the layer's true query (parallel), one layer early "
-           "with a predicted one (ahead), or ahead fed the true query (ahead-oracle, a diagnosis "
-           "mode)"),
+           "with a predicted one (ahead), ahead fed the true query (ahead-oracle, a diagnosis "
+           "mode); auto: ahead on a GPU, parallel on the CPU backend (no device work to hide it "
+           "behind, and no second query product per layer)"),
     integer("cpu-threads", kLoads, kKv, "N", "0", 0, 4096, "host attention workers (0: all cores)"),
     number("maw-alpha", kLoads, kKv, "A", "0.1", 1e-6, 1,
            "moving-average factor of the attention weights --sparse hgca selects by"),

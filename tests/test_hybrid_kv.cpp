@@ -135,6 +135,31 @@ TEST_CASE("ahead mode equals parallel when fed the true query", "[hybrid][ahead]
   }
 }
 
+TEST_CASE("cpu-attn auto: parallel on the CPU backend, ahead on a device", "[hybrid][ahead]") {
+  const KvConfig def;
+  CHECK(def.cpu_attn == CpuAttnMode::kAuto);
+  CHECK(def.resolved(true).cpu_attn == CpuAttnMode::kParallel);
+  CHECK(def.resolved(false).cpu_attn == CpuAttnMode::kAhead);
+  for (CpuAttnMode m : {CpuAttnMode::kParallel, CpuAttnMode::kAhead, CpuAttnMode::kAheadOracle}) {
+    KvConfig c;
+    c.cpu_attn = m;
+    CHECK(c.resolved(true).cpu_attn == m);  // a mode given is kept
+    CHECK(c.resolved(false).cpu_attn == m);
+  }
+  auto backend = make_cpu_backend();
+  const ReferenceLogits ref = ReferenceLogits::load("llama-tiny");
+  auto model = Model::load(ref.model, *backend);
+  const KvConfig cfg = small_hybrid(8, SparsePolicy::kFull, CpuAttnMode::kAuto);
+  const KvStore store(model->backend(), model->kv_shape(), cfg, 1, 64);
+  CHECK(store.config().cpu_attn == CpuAttnMode::kParallel);
+  CHECK(store.config().describe().find("cpu-attn=parallel") != std::string::npos);
+  const auto with_auto = run_sequence(*model, cfg, ref.prompt, ref.decode, 12);
+  const auto par =
+      run_sequence(*model, small_hybrid(8, SparsePolicy::kFull, CpuAttnMode::kParallel), ref.prompt,
+                   ref.decode, 12);
+  CHECK(worst_rel_error(with_auto, par) == 0.0);
+}
+
 TEST_CASE("sparse policies attend a subset and stay close to dense", "[hybrid][sparse]") {
   auto backend = make_cpu_backend();
   const ReferenceLogits ref = ReferenceLogits::load("tandem-demo");

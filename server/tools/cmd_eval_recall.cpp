@@ -149,7 +149,7 @@ int cmd_eval_recall(const Options& f) {
   nlohmann::json j = {
       {"model", dir},
       {"file", path},
-      {"kv", kv_cfg.describe()},
+      {"kv", store.config().describe()},
       {"samples", samples.size()},
       {"decode_last", decode_last},
       {"accuracy", static_cast<double>(correct) / static_cast<double>(samples.size())},

@@ -80,7 +80,7 @@ int cmd_perplexity(const Options& f) {
                       {"ppl", std::exp(mean)},
                       {"window", kv_cfg.dense ? ctx : kv_cfg.window},
                       {"sparse", kv_cfg.dense ? "dense" : std::string(policy_name(kv_cfg.sparse))},
-                      {"cpu_attn", std::string(mode_name(kv_cfg.cpu_attn))},
+                      {"cpu_attn", std::string(mode_name(store.config().cpu_attn))},
                       {"hgca_beta", kv_cfg.hgca_beta},
                       {"topk_blocks", kv_cfg.topk_blocks},
                       {"ctx", ctx},

@@ -121,7 +121,7 @@ int cmd_serve(const Options& f) {
   eo.seed = static_cast<uint64_t>(
       f.integer("seed", static_cast<int64_t>(std::random_device{}() & 0x7fffffff)));
   KvStore store(model->backend(), model->kv_shape(), kv_cfg, eo.max_batch, eo.max_model_len);
-  log->info("kv: {}; max batch {}, max model len {}, max waiting {}", kv_cfg.describe(),
+  log->info("kv: {}; max batch {}, max model len {}, max waiting {}", store.config().describe(),
             eo.max_batch, eo.max_model_len, eo.max_waiting);
   if (!kv_cfg.dense) {
     constexpr double kGiB = double(int64_t{1} << 30);

@@ -37,7 +37,8 @@ KvConfig kv_config_of(const Options& o) {
   c.reuse_power = static_cast<float>(o.number("reuse-power"));
   c.value_offload = o.flag("value-offload");
   c.key_bits = o.pick<int32_t>("key-bits", {{"8", 8}, {"4", 4}});
-  c.cpu_attn = o.pick<CpuAttnMode>("cpu-attn", {{"parallel", CpuAttnMode::kParallel},
+  c.cpu_attn = o.pick<CpuAttnMode>("cpu-attn", {{"auto", CpuAttnMode::kAuto},
+                                                {"parallel", CpuAttnMode::kParallel},
                                                 {"ahead", CpuAttnMode::kAhead},
                                                 {"ahead-oracle", CpuAttnMode::kAheadOracle}});
   c.cpu_threads = static_cast<int32_t>(o.integer("cpu-threads"));
