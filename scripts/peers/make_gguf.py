@@ -4,8 +4,12 @@
 # (Debian's python3-numpy and llama.cpp's own gguf-py; nothing from PyPI).
 import json, math, struct, sys
 sys.path.insert(0, sys.argv[3] if len(sys.argv) > 3 else 'llama.cpp/gguf-py')
-import numpy as np
-import gguf
+try:
+    import numpy as np
+    import gguf
+except ImportError as e:  # e.g. a pyenv python3 first on PATH, without Debian's numpy
+    sys.exit(f'make_gguf.py: {e}; run it with Debian\'s /usr/bin/python3 (apt-get install '
+             'python3-numpy) and llama.cpp\'s gguf-py as the third argument')
 
 src, out = sys.argv[1], sys.argv[2]
 cfg = json.load(open(f'{src}/config.json'))
