@@ -15,6 +15,7 @@
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 #include <tbb/info.h>
+#include <tbb/partitioner.h>
 #include <tbb/task_group.h>
 
 #include <algorithm>
@@ -23,9 +24,11 @@
 #include <cstring>
 #include <exception>
 #include <limits>
+#include <utility>
 
 #include "kernels/attn_partial.h"
 #include "kernels/common.h"
+#include "kernels/cpu/parallel.h"
 
 namespace tandem {
 namespace {
@@ -78,6 +81,7 @@ struct HostAttention::Batch {
   std::function<void()> on_done;
   HostAttnStart start;
   HostAttnPrepare prepare;     // run before the split (which then happens on the worker)
+  bool in_wait = false;        // runs inside wait() (HostAttnStart::in_wait), not run yet
   bool waiting_start = false;  // in pending_ (guarded by HostAttention::pending_mu_)
 
   std::atomic<bool> published{false};
@@ -197,9 +201,12 @@ HostAttention::Ticket HostAttention::submit(std::vector<HostAttnItem> items,
     TANDEM_CHECK(it.q != nullptr && it.o != nullptr && it.lse != nullptr && it.G >= 1,
                  "host attention item ", i, ": null q/o/lse or G=", it.G);
   }
+  TANDEM_CHECK(!start.in_wait || (start.flag == nullptr && start.after == 0),
+               "host attention: a batch run in wait() cannot wait for a flag or a batch");
   b->items = std::move(items);
   b->on_done = std::move(on_done);
   b->start = start;
+  b->in_wait = start.in_wait;
   b->prepare = std::move(prepare);
   // Without a prepare the blocks are known now: a malformed one throws here, at once.
   if (!b->prepare) split_batch(*b);
@@ -211,6 +218,7 @@ HostAttention::Ticket HostAttention::submit(std::vector<HostAttnItem> items,
     t.id = next_id_++;
     batches_.emplace(t.id, b);
   }
+  if (start.in_wait) return t;
   if (start_reached(start)) {
     start_batch(*b);
     return t;
@@ -362,23 +370,26 @@ void HostAttention::dispatch_loop() {
   }
 }
 
+void HostAttention::prepare_batch(Batch& b) {
+  if (!b.prepare) return;
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    b.prepare(b.items);
+    split_batch(b);
+  } catch (...) {
+    b.fail(std::current_exception());
+    b.tasks.clear();
+    b.gangs.clear();
+  }
+  busy_ns_.fetch_add(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0)
+          .count(),
+      std::memory_order_relaxed);
+}
+
 void HostAttention::run_batch(Batch& b) {
   b.published.load(std::memory_order_acquire);
-  if (b.prepare) {
-    const auto t0 = std::chrono::steady_clock::now();
-    try {
-      b.prepare(b.items);
-      split_batch(b);
-    } catch (...) {
-      b.fail(std::current_exception());
-      b.tasks.clear();
-      b.gangs.clear();
-    }
-    busy_ns_.fetch_add(
-        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0)
-            .count(),
-        std::memory_order_relaxed);
-  }
+  prepare_batch(b);
   const size_t n = b.gangs.size();
   if (n == 0) return finish_batch(b);
   // Runners pull tasks from a shared counter; one per worker that can help, this one included.
@@ -389,6 +400,28 @@ void HostAttention::run_batch(Batch& b) {
   } catch (...) {  // could not spawn (out of memory): this runner does the rest
   }
   run_tasks(b);
+}
+
+void HostAttention::run_in_wait(Batch& b) {
+  b.published.load(std::memory_order_acquire);
+  prepare_batch(b);
+  const size_t n = b.gangs.size();
+  if (n == 0) return finish_batch(b);
+  // Runners pulling gangs from the shared counter (largest first), as in run_batch, but as a loop
+  // of the caller's arena: its threads are the ones the layer's other work has just run on. With
+  // fewer threads asked for than that arena has (--cpu-threads), inside this instance's arena.
+  const auto loop = [this, &b, n] {
+    const size_t runners =
+        std::min(n, static_cast<size_t>(tbb::this_task_arena::max_concurrency()));
+    tandem::parallel_for(
+        size_t{0}, runners, [this, &b](size_t) { run_tasks(b); }, tbb::simple_partitioner());
+  };
+  if (threads_ == 1)
+    run_tasks(b);
+  else if (threads_ >= tbb::this_task_arena::max_concurrency())
+    loop();
+  else
+    arena_.execute(loop);
 }
 
 void HostAttention::run_tasks(Batch& b) {
@@ -484,13 +517,18 @@ std::shared_ptr<HostAttention::Batch> HostAttention::find(Ticket t) const {
 void HostAttention::wait(Ticket t) {
   const auto t0 = std::chrono::steady_clock::now();
   const std::shared_ptr<Batch> b = find(t);
+  bool run_here = false;
   {
     std::unique_lock<std::mutex> lock(pending_mu_);
     pending_cv_.wait(lock, [&] { return !b->waiting_start; });
+    run_here = std::exchange(b->in_wait, false);
   }
-  // Joins the arena (a slot is reserved for this) and runs tasks until the batch is done; when it
-  // cannot join (threads == 1) the wait runs as a task of the arena and this thread blocks.
-  arena_.execute([&] { b->tg.wait(); });
+  if (run_here)
+    run_in_wait(*b);
+  else
+    // Joins the arena (a slot is reserved for this) and runs tasks until the batch is done; when
+    // it cannot join (threads == 1) the wait runs as a task of the arena and this thread blocks.
+    arena_.execute([&] { b->tg.wait(); });
   std::exception_ptr error;
   {
     std::lock_guard<std::mutex> lock(b->mu);
@@ -512,9 +550,13 @@ void HostAttention::cancel(Ticket t) {
   const std::shared_ptr<Batch> b = find(t);
   {
     std::lock_guard<std::mutex> lock(pending_mu_);
-    if (!b->waiting_start) return;  // started (or finished) already
-    b->waiting_start = false;
-    pending_.erase(std::find(pending_.begin(), pending_.end(), b));
+    if (std::exchange(b->in_wait, false)) {
+      // not run yet: finished below without running
+    } else {
+      if (!b->waiting_start) return;  // started (or finished) already
+      b->waiting_start = false;
+      pending_.erase(std::find(pending_.begin(), pending_.end(), b));
+    }
   }
   pending_cv_.notify_all();
   poison_outputs(b->items, head_dim_);

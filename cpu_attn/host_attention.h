@@ -3,7 +3,8 @@
 // is done. Several batches may be in flight (layer-ahead mode submits layer i + 1 while layer i
 // is outstanding). A batch may wait for a start flag (its queries are still being written by a
 // device) and signal its end through on_done (a flag the device waits for), so the thread that
-// drives the device never has to block on it.
+// drives the device never has to block on it. Or it may run inside wait() (HostAttnStart::in_wait),
+// where nothing is to be overlapped with it.
 //
 // Tasks are sized to the cores: each item is split into up to 4 parts per thread (none reading
 // less than 256 KiB of K and V) whose partials are merged with merge_partial_row, so one long
@@ -52,11 +53,16 @@ struct HostAttnItem {
 // When a batch may start: once *flag >= value (unsigned, read with acquire ordering), a host flag
 // (kernels/backend.h) that a device raises after writing what the items read (their queries),
 // and once the batch `after` (a ticket id of the same instance; 0: none) is done. A null flag
-// and no `after`: at once.
+// and no `after`: at once. in_wait (no flag, no `after`): not on the workers at all, but inside
+// wait(), by the waiting thread and its own arena's threads: for a caller whose other work runs
+// on the same cores (the CPU backend, where the "device" part of a layer is host work too), so
+// that the batch starts without a hand-over to another thread and every core reads for it.
+// Such a batch is not ready() before wait() runs it; the bits are the same either way.
 struct HostAttnStart {
   const uint32_t* flag = nullptr;
   uint32_t value = 0;
   uint64_t after = 0;
+  bool in_wait = false;
 };
 
 // Host work of a batch that runs once it has started, on a worker, before its items are split:
@@ -99,11 +105,13 @@ class HostAttention {
   // the ticket. Rethrows the first exception raised by one of its tasks. A batch still waiting
   // for its start flag is waited for too (cancel() first where the flag may never come).
   void wait(Ticket t);
-  // True when the batch is done (wait() would not block). Does not consume the ticket.
+  // True when the batch is done (wait() would not block; never before wait() for an in_wait
+  // batch). Does not consume the ticket.
   bool ready(Ticket t) const;
-  // A batch still waiting for its start flag is finished without running: its outputs are NaN,
-  // on_done runs (on this thread). A started batch is not affected. The ticket is still waited
-  // on (wait returns at once after a cancel that took effect).
+  // A batch still waiting for its start flag (or an in_wait one not waited for yet) is finished
+  // without running: its outputs are NaN, on_done runs (on this thread). A started batch is not
+  // affected. The ticket is still waited on (wait returns at once after a cancel that took
+  // effect).
   void cancel(Ticket t);
 
   // Total thread-seconds spent in attention tasks since construction (for metrics).
@@ -121,7 +129,9 @@ class HostAttention {
   std::shared_ptr<Batch> find(Ticket t) const;
   bool start_reached(const HostAttnStart& s) const;
   void split_batch(Batch& b) const;  // checks the items and cuts them into tasks
+  void prepare_batch(Batch& b);      // runs the batch's prepare (if any), then splits it
   void run_batch(Batch& b);
+  void run_in_wait(Batch& b);  // an in_wait batch, on the thread that waits for it
   void run_tasks(Batch& b);
   void run_gang(Batch& b, size_t t);
   void finish_batch(Batch& b);

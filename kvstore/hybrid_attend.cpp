@@ -36,6 +36,12 @@ void HybridRunner::submit(Backend& be, int32_t layer, const TensorView& q, int64
     be.raise_host_flag(qf, seq);
     start = HostAttnStart{static_cast<const uint32_t*>(qf.data), seq};
   }
+  // A backend whose memory is the host's runs the layer's device part on these same cores: in
+  // parallel mode nothing overlaps the host part, which then runs inside the wait on the threads
+  // that have just run the device part, instead of on a worker handed the batch now (measured:
+  // docs/decode-cpu.md, "The hybrid layer's host batch in the wait").
+  start.in_wait =
+      qh != nullptr && be.host_accessible() && sh_.cfg.cpu_attn == CpuAttnMode::kParallel;
   float* lse = part.lse.as<float>();
   float* o = part.o.as<float>();
   std::vector<HostAttnItem> items;

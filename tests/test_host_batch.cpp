@@ -1,6 +1,8 @@
 // HostAttention splits each item by its own size and the thread count only: an item's partial is
 // the same bits whether it is submitted alone or with many others (the hybrid store submits one
 // batch per layer for all its sequences, so a sequence's result must not depend on the others).
+#include <tbb/task_arena.h>
+
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
@@ -10,6 +12,7 @@
 #include <mutex>
 #include <random>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "cpu_attn/host_attention.h"
@@ -121,6 +124,94 @@ TEST_CASE("a prepare picks the blocks once the start flag is up; `after` orders 
   CHECK_THROWS_WITH(ha.wait(bad), Catch::Contains("no blocks today"));
   CHECK(std::isnan(o3[0]));
   CHECK(std::isnan(l3[0]));
+}
+
+TEST_CASE("an in_wait batch runs inside wait(), the same bits as on the workers",
+          "[cpu_attn][in_wait]") {
+  const int32_t d = 64, G = 4, rows = 5000;  // ~2.4 MiB of K+V per item: several parts each
+  std::mt19937 rng(21);
+  std::normal_distribution<float> nd;
+  std::vector<float> k(size_t{rows} * d), v(k.size()), q(size_t{3} * G * d);
+  for (auto* x : {&k, &v, &q})
+    for (float& e : *x) e = nd(rng);
+  const std::vector<HostBlockRef> blocks = {
+      HostBlockRef{k.data(), v.data(), 3000},
+      HostBlockRef{k.data() + 3000 * d, v.data() + 3000 * d, rows - 3000}};
+  const std::vector<HostBlockRef> small = {HostBlockRef{k.data(), v.data(), 700}};
+  // threads 1: this thread alone. Otherwise the waiting thread's arena, or the instance's own
+  // where that arena has more threads than the instance (caller 4: a wait from inside an arena
+  // of 4; on a 2-core machine oneTBB warns once that it runs it with fewer workers).
+  for (const auto& [threads, caller] :
+       {std::pair{1, 0}, std::pair{2, 0}, std::pair{0, 0}, std::pair{2, 4}, std::pair{1, 4}}) {
+    CAPTURE(threads, caller);
+    HostAttention ha(threads, d, 0.125f, DType::kF32);
+    tbb::task_arena outer(std::max(caller, 1));
+    const auto wait = [&](HostAttention::Ticket t) {
+      if (caller > 0)
+        outer.execute([&] { ha.wait(t); });
+      else
+        ha.wait(t);
+    };
+    auto items_for = [&](std::vector<float>& o, std::vector<float>& lse) {
+      o.assign(size_t{3} * G * d, 0.0f);
+      lse.assign(size_t{3} * G, 0.0f);
+      std::vector<HostAttnItem> items;
+      for (int i = 0; i < 3; ++i)
+        items.push_back(HostAttnItem{q.data() + i * G * d, G, o.data() + i * G * d,
+                                     lse.data() + i * G, i == 1 ? small : blocks, 0});
+      return items;
+    };
+    std::vector<float> want_o, want_lse, o, lse;
+    ha.wait(ha.submit(items_for(want_o, want_lse)));
+    int done = 0;
+    HostAttnStart in_wait;
+    in_wait.in_wait = true;
+    const auto t = ha.submit(
+        items_for(o, lse), [&] { ++done; }, in_wait);
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    CHECK_FALSE(ha.ready(t));  // nothing runs it before the wait
+    CHECK(done == 0);
+    CHECK(o[0] == 0.0f);
+    wait(t);
+    CHECK(done == 1);
+    CHECK(std::memcmp(o.data(), want_o.data(), o.size() * sizeof(float)) == 0);
+    CHECK(std::memcmp(lse.data(), want_lse.data(), lse.size() * sizeof(float)) == 0);
+
+    // With a prepare that picks the blocks (it runs in the wait too).
+    std::vector<HostBlockRef> picked;
+    auto items = items_for(o, lse);
+    for (auto& it : items) it.blocks = {};
+    const auto p = ha.submit(std::move(items), {}, in_wait, [&](std::span<HostAttnItem> its) {
+      picked = blocks;
+      for (size_t i = 0; i < its.size(); ++i) its[i].blocks = i == 1 ? small : picked;
+    });
+    wait(p);
+    CHECK(std::memcmp(o.data(), want_o.data(), o.size() * sizeof(float)) == 0);
+
+    // Cancelled before its wait: never runs, NaN outputs, on_done once, the wait returns at once.
+    const auto c = ha.submit(
+        items_for(o, lse), [&] { ++done; }, in_wait);
+    ha.cancel(c);
+    CHECK(ha.ready(c));
+    CHECK(done == 2);
+    CHECK(std::isnan(o[0]));
+    CHECK(std::isnan(lse[0]));
+    wait(c);
+    CHECK(done == 2);
+
+    // A failing prepare fails the batch at its wait, as on the workers.
+    const auto bad = ha.submit(items_for(o, lse), {}, in_wait, [](std::span<HostAttnItem>) {
+      throw Error(ErrorKind::kInternal, "no blocks in wait");
+    });
+    CHECK_THROWS_WITH(wait(bad), Catch::Contains("no blocks in wait"));
+    CHECK(std::isnan(o[0]));
+
+    // It cannot also wait for a flag or a batch.
+    uint32_t flag = 0;
+    HostAttnStart both{&flag, 1};
+    both.in_wait = true;
+    CHECK_THROWS_WITH(ha.submit(items_for(o, lse), {}, both), Catch::Contains("run in wait()"));
+  }
 }
 
 // The host attention workers pick host blocks by id (BlockPool::data / host_data) while the
