@@ -141,7 +141,7 @@ TEST_CASE("an in_wait batch runs inside wait(), the same bits as on the workers"
   // threads 1: this thread alone. Otherwise the waiting thread's arena, or the instance's own
   // where that arena has more threads than the instance (caller 4: a wait from inside an arena
   // of 4; on a 2-core machine oneTBB warns once that it runs it with fewer workers).
-  for (const std::pair<int, int> tc :
+  for (const auto& tc :
        {std::pair{1, 0}, std::pair{2, 0}, std::pair{0, 0}, std::pair{2, 4}, std::pair{1, 4}}) {
     const int threads = tc.first, caller = tc.second;  // clang 14 cannot capture bindings
     CAPTURE(threads, caller);
