@@ -550,9 +550,8 @@ void HostAttention::cancel(Ticket t) {
   const std::shared_ptr<Batch> b = find(t);
   {
     std::lock_guard<std::mutex> lock(pending_mu_);
-    if (std::exchange(b->in_wait, false)) {
-      // not run yet: finished below without running
-    } else {
+    // An in_wait batch not waited for yet has not run: finished below without running.
+    if (!std::exchange(b->in_wait, false)) {
       if (!b->waiting_start) return;  // started (or finished) already
       b->waiting_start = false;
       pending_.erase(std::find(pending_.begin(), pending_.end(), b));
