@@ -5,6 +5,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 
 namespace tandem {
 namespace {
@@ -37,6 +38,15 @@ Allocator host_heap(MemoryKind kind) { return {&heap_allocate, &heap_deallocate,
 
 Allocator host_heap_huge(MemoryKind kind) {
   return {&huge_allocate, &heap_deallocate, nullptr, kind};
+}
+
+std::string transparent_huge_pages() {
+  std::ifstream f("/sys/kernel/mm/transparent_hugepage/enabled");
+  std::string line;
+  std::getline(f, line);
+  const size_t a = line.find('['), b = line.find(']');
+  return a != std::string::npos && b != std::string::npos && a < b ? line.substr(a + 1, b - a - 1)
+                                                                   : std::string();
 }
 
 Buffer::Buffer(const Allocator& alloc, DType t, std::initializer_list<int64_t> dims)

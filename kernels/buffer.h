@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <initializer_list>
+#include <string>
 
 #include "kernels/tensor.h"
 
@@ -42,6 +43,11 @@ Allocator host_heap(MemoryKind kind = MemoryKind::kHost);
 // as host_heap. docs/host-attention.md, fourteenth session: the host attention kernel read 8%
 // more per second from such pages.
 Allocator host_heap_huge(MemoryKind kind = MemoryKind::kHost);
+
+// The kernel's transparent-huge-page mode, the bracketed word of
+// /sys/kernel/mm/transparent_hugepage/enabled: "always", "madvise" or "never"; "" where the file
+// is missing or unreadable (no THP support).
+std::string transparent_huge_pages();
 
 // Move-only owner of one allocation. An empty Buffer (default-constructed or moved from) owns
 // nothing; every other one owns exactly one allocation, zero bytes included (its view has a

@@ -1,9 +1,14 @@
 // Model loading and the shared forward pass (Llama / Qwen2 / Qwen3 / OPT).
 #include "models/model.h"
 
+#include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <cstring>
 #include <map>
 #include <utility>
+
+#include "kernels/cpu/parallel.h"
 
 namespace tandem {
 namespace {
@@ -47,7 +52,8 @@ Model::Model(const std::filesystem::path& dir, Backend& backend, ModelConfig con
              TensorStore store)
     : dir_(dir), backend_(backend), config_(std::move(config)), store_(std::move(store)) {}
 
-std::unique_ptr<Model> Model::load(const std::filesystem::path& dir, Backend& backend) {
+std::unique_ptr<Model> Model::load(const std::filesystem::path& dir, Backend& backend,
+                                   WeightMemory memory) {
   ModelConfig config = load_config(dir);
   TensorStore store = TensorStore::open(dir);
   std::unique_ptr<Model> m(new Model(dir, backend, std::move(config), std::move(store)));
@@ -63,11 +69,14 @@ std::unique_ptr<Model> Model::load(const std::filesystem::path& dir, Backend& ba
       map_opt_weights(m->config_, m->store_, m->w_);
       break;
   }
-  if (!backend.host_accessible()) m->upload_weights();
+  if (!backend.host_accessible())
+    m->upload_weights();
+  else
+    m->place_host_weights(memory);
   return m;
 }
 
-void Model::upload_weights() {
+std::vector<std::pair<TensorView, std::vector<TensorView*>>> Model::unique_weights() {
   std::vector<TensorView*> all = {&w_.embed,      &w_.pos_embed,    &w_.project_in, &w_.project_out,
                                   &w_.final_norm, &w_.final_norm_b, &w_.lm_head};
   for (LayerWeights& l : w_.layers)
@@ -76,20 +85,90 @@ void Model::upload_weights() {
           &l.bk,        &l.bv,          &l.bo,     &l.q_norm, &l.k_norm, &l.ffn_norm, &l.ffn_norm_b,
           &l.w_gate,    &l.w_up,        &l.w_down, &l.b_gate, &l.b_up,   &l.b_down})
       all.push_back(t);
-  // A tensor mapped twice (lm_head tied to embed) is uploaded once.
-  std::map<std::pair<const void*, int64_t>, TensorView> uploaded;
+  std::vector<std::pair<TensorView, std::vector<TensorView*>>> out;
+  std::map<std::pair<const void*, int64_t>, size_t> at;
   for (TensorView* t : all) {
     if (t->empty()) continue;
     const auto key = std::make_pair(static_cast<const void*>(t->data), t->nbytes());
-    auto it = uploaded.find(key);
-    if (it == uploaded.end()) {
-      const TensorView& dev = device_weights_.emplace_back(Buffer::upload(backend_, *t)).view();
-      it = uploaded.emplace(key, dev).first;
-    }
-    TANDEM_CHECK(it->second.dtype == t->dtype && it->second.numel() == t->numel(),
+    auto [it, fresh] = at.emplace(key, out.size());
+    if (fresh) out.emplace_back(*t, std::vector<TensorView*>{});
+    const TensorView& first = out[it->second].first;
+    TANDEM_CHECK(first.dtype == t->dtype && first.numel() == t->numel(),
                  "weight views of one tensor disagree: ", t->describe());
-    *t = it->second;
+    out[it->second].second.push_back(t);
   }
+  return out;
+}
+
+void Model::upload_weights() {
+  for (auto& [src, views] : unique_weights()) {
+    const TensorView& dev = device_weights_.emplace_back(Buffer::upload(backend_, src)).view();
+    for (TensorView* t : views) *t = dev;
+  }
+  // Nothing reads the maps any more (upload copies before it returns).
+  store_.unmap();
+  weight_memory_ = "device";
+  weight_memory_note_ = "uploaded";
+}
+
+void Model::copy_weights_huge() {
+  constexpr int64_t kAlign = 4096;
+  auto tensors = unique_weights();
+  std::vector<int64_t> offset;
+  int64_t total = 0;
+  for (const auto& [src, views] : tensors) {
+    offset.push_back(total);
+    total += (src.nbytes() + kAlign - 1) / kAlign * kAlign;
+  }
+  Buffer& copy = device_weights_.emplace_back(host_heap_huge(), DType::kU8,
+                                              std::initializer_list<int64_t>{total});
+  char* base = copy.as<char>();
+  // Pieces of at most 8 MiB, copied by every thread: the copy is read-bound (the page cache) and
+  // first-touch-bound (2 MiB pages zeroed by the kernel), not one thread's work.
+  constexpr int64_t kPiece = int64_t{8} << 20;
+  struct Piece {
+    const char* src;
+    char* dst;
+    int64_t bytes;
+  };
+  std::vector<Piece> pieces;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const char* src = static_cast<const char*>(tensors[i].first.data);
+    const int64_t n = tensors[i].first.nbytes();
+    for (int64_t at = 0; at < n; at += kPiece)
+      pieces.push_back({src + at, base + offset[i] + at, std::min(kPiece, n - at)});
+  }
+  tandem::parallel_for(size_t{0}, pieces.size(), [&](size_t i) {
+    std::memcpy(pieces[i].dst, pieces[i].src, static_cast<size_t>(pieces[i].bytes));
+  });
+  for (size_t i = 0; i < tensors.size(); ++i)
+    for (TensorView* t : tensors[i].second) t->data = base + offset[i];
+  store_.unmap();
+}
+
+void Model::place_host_weights(WeightMemory memory) {
+  if (memory == WeightMemory::kAuto) {
+    const std::string thp = transparent_huge_pages();
+    const int64_t need = weight_bytes() + std::max(kWeightCopySlack, weight_bytes() / 8);
+    const int64_t avail = host_memory_info().free_bytes;
+    if (thp.empty() || thp == "never") {
+      weight_memory_note_ = cat("memory-mapped: transparent huge pages are ",
+                                thp.empty() ? std::string("not available") : thp);
+      return;
+    }
+    if (avail < need) {
+      weight_memory_note_ = cat("memory-mapped: MemAvailable ", avail >> 20, " MiB is below the ",
+                                need >> 20, " MiB a copy in 2 MiB pages needs");
+      return;
+    }
+    memory = WeightMemory::kHuge;
+  }
+  if (memory != WeightMemory::kHuge) return;
+  const auto t0 = std::chrono::steady_clock::now();
+  copy_weights_huge();
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  weight_memory_ = "huge";
+  weight_memory_note_ = cat("copied into 2 MiB pages in ", std::round(s * 100) / 100, " s");
 }
 
 int64_t Model::matmul_weight_bytes() const {

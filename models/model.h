@@ -53,15 +53,39 @@ struct StepSequence {
   bool observe = false;     // the last prefill chunk of a prompt (seeds selection metadata)
 };
 
+// Where a model on the CPU backend reads its weights from (a device backend uploads them).
+enum class WeightMemory : uint8_t {
+  // The checkpoint's memory map: page cache in 4 KiB pages, no copy, shared between processes
+  // that load the same files.
+  kMap,
+  // A copy in 2 MiB pages (host_heap_huge), the maps released: the decode's weight stream then
+  // crosses no 4 KiB page boundary, where the hardware prefetchers stop (docs/decode-cpu.md,
+  // 2026-11-30).
+  kHuge,
+  // kHuge where transparent huge pages are not "never" and MemAvailable holds the copy with room
+  // to spare (Model::kWeightCopySlack), else kMap.
+  kAuto,
+};
+
 class Model {
  public:
   // Loads dir (config.json, *.safetensors); throws tandem::Error naming the file on any fault.
-  static std::unique_ptr<Model> load(const std::filesystem::path& dir, Backend& backend);
+  // `memory` applies on a host-accessible backend (Backend::host_accessible).
+  static std::unique_ptr<Model> load(const std::filesystem::path& dir, Backend& backend,
+                                     WeightMemory memory = WeightMemory::kMap);
+  // Bytes MemAvailable must hold beyond the weights for WeightMemory::kAuto to copy them: the
+  // larger of this and an eighth of the weights.
+  static constexpr int64_t kWeightCopySlack = int64_t{1} << 30;
 
   const ModelConfig& config() const { return config_; }
   const std::filesystem::path& dir() const { return dir_; }
   Backend& backend() { return backend_; }
   int64_t weight_bytes() const { return store_.total_bytes(); }
+  // How the weights are held, for logs and benchmark JSON: "device" (uploaded), "huge" (copied
+  // into 2 MiB pages) or "map" (the checkpoint's memory map); and why / how long the copy took
+  // ("copied into 2 MiB pages in 0.6 s", "memory-mapped: transparent huge pages are never").
+  std::string_view weight_memory() const { return weight_memory_; }
+  const std::string& weight_memory_note() const { return weight_memory_note_; }
   DType weight_dtype() const { return store_.main_dtype(); }
   // Bytes of weights the matrix products of one step read (every layer matrix and lm_head).
   int64_t matmul_weight_bytes() const;
@@ -85,8 +109,16 @@ class Model {
 
  private:
   Model(const std::filesystem::path& dir, Backend& backend, ModelConfig config, TensorStore store);
+  // Every weight view of w_ (the empty ones too), each tensor once however many views share it
+  // (lm_head tied to embed): the unique (data, bytes) keys in first-seen order, with the views.
+  std::vector<std::pair<TensorView, std::vector<TensorView*>>> unique_weights();
   // Every weight view replaced by a copy in backend memory (backends the host cannot read).
   void upload_weights();
+  // The weights copied into one 2 MiB-page buffer (host_heap_huge), each tensor 4 KiB aligned,
+  // in parallel; every view re-pointed there.
+  void copy_weights_huge();
+  // The resolved choice of load(): copy_weights_huge() or nothing, with the note.
+  void place_host_weights(WeightMemory memory);
   void ensure_workspace(int64_t n_tokens, int64_t n_logit_rows);
   void norm(const TensorView& in, const TensorView& w, const TensorView& b, const TensorView& out);
   // q of layer li for rows x: projection, q-norm, rope (into q).
@@ -98,7 +130,9 @@ class Model {
   TensorStore store_;
   ModelWeights w_;
 
-  std::vector<Buffer> device_weights_;  // the uploaded weights (empty on the CPU)
+  std::vector<Buffer> device_weights_;  // the uploaded weights, or the one 2 MiB-page copy
+  std::string_view weight_memory_ = "map";
+  std::string weight_memory_note_ = "memory-mapped";
 
   // Workspace in backend memory, grown on demand; sized for ws_tokens_ rows.
   int64_t ws_tokens_ = 0, ws_logit_rows_ = 0;

@@ -66,8 +66,11 @@ MappedFile::MappedFile(const std::filesystem::path& path) : path_(path.string())
   ::close(fd);
 }
 
-MappedFile::~MappedFile() {
+MappedFile::~MappedFile() { unmap(); }
+
+void MappedFile::unmap() {
   if (data_ != nullptr) ::munmap(const_cast<uint8_t*>(data_), size_);
+  data_ = nullptr;
 }
 
 SafetensorsHeader parse_safetensors(const uint8_t* data, size_t size, const std::string& name) {
@@ -221,7 +224,14 @@ const TensorEntry* TensorStore::find(const std::string& name) const {
 
 bool TensorStore::has(const std::string& name) const { return find(name) != nullptr; }
 
+void TensorStore::unmap() {
+  for (auto& f : files_) f->unmap();
+  mapped_ = false;
+}
+
 TensorView TensorStore::get(const std::string& name, std::initializer_list<int64_t> shape) const {
+  TANDEM_CHECK(mapped_, "tensor \"", name,
+               "\" asked for after the checkpoint's maps were released");
   const TensorEntry* e = find(name);
   if (e == nullptr)
     TANDEM_FAIL(kInvalidArgument,

@@ -23,8 +23,10 @@ class MappedFile {
   MappedFile(const MappedFile&) = delete;
   MappedFile& operator=(const MappedFile&) = delete;
   const uint8_t* data() const { return data_; }
-  size_t size() const { return size_; }
+  size_t size() const { return size_; }  // the file's, still after unmap()
   const std::string& path() const { return path_; }
+  // Releases the map (data() becomes null); at most once, also done by the destructor.
+  void unmap();
 
  private:
   const uint8_t* data_ = nullptr;
@@ -70,6 +72,11 @@ class TensorStore {
   size_t size() const { return tensors_.size(); }
   int64_t total_bytes() const;
   DType main_dtype() const;  // dtype of most weight bytes, for logs
+  // Releases every file's map once the caller has copied what it needs (Model: the weights
+  // uploaded to a device or copied into 2 MiB pages): views from get() dangle after it, and
+  // get() itself is then an error (kInternal). has(), total_bytes() and main_dtype() still work.
+  void unmap();
+  bool mapped() const { return mapped_; }
 
  private:
   void add_file(const std::filesystem::path& path);
@@ -79,6 +86,7 @@ class TensorStore {
   std::vector<std::unique_ptr<MappedFile>> files_;
   std::unordered_map<std::string, TensorEntry> tensors_;
   std::unordered_map<std::string, std::string> aliases_;  // __metadata__ name -> stored name
+  bool mapped_ = true;
 };
 
 }  // namespace tandem

@@ -138,6 +138,11 @@ constexpr OptionSpec kOptions[] = {
     choice("device", kLoads, kModel, "cpu|cuda|auto", "auto",
            "backend of the forward pass; auto: cuda when this build has CUDA and a GPU is "
            "visible, else cpu (never the SIMT emulator)"),
+    choice("weight-memory", kLoads, kModel, "auto|huge|map", "auto",
+           "CPU backend: where the weights are read from: a copy in 2 MiB pages (huge; the "
+           "decode reads them faster), or the checkpoint's memory map (map: no copy, the page "
+           "cache shared between processes); auto: huge where transparent huge pages are on and "
+           "the memory holds the copy, else map"),
     choice("device-check", kLoads, kModel, "auto|on|off", "auto",
            "compare a short GPU forward pass with the CPU's before use; auto: with --device auto, "
            "fall back to the CPU when they disagree; on: also with --device cuda, failing there"),

@@ -4,9 +4,16 @@
 // gen_reference_logits.py), for prefill and 16 decode steps; plus chunking and batching
 // invariance of the forward pass.
 #include <catch2/catch.hpp>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
 
+#include "kernels/buffer.h"
 #include "kernels/cpu/isa.h"
 #include "models/model.h"
+#include "models/safetensors.h"
 #include "tests/test_model_runs.h"
 
 using namespace tandem;
@@ -140,4 +147,94 @@ TEST_CASE("chunked prefill and batching leave logits unchanged", "[model]") {
       }
     }
   }
+}
+
+namespace {
+
+// Whether this process maps any *.safetensors file of `dir` (/proc/self/maps).
+bool maps_checkpoint(const std::filesystem::path& dir) {
+  std::vector<std::string> files;
+  for (const auto& e : std::filesystem::directory_iterator(dir))
+    if (e.path().extension() == ".safetensors")
+      files.push_back(std::filesystem::canonical(e.path()).string());
+  REQUIRE(!files.empty());
+  std::ifstream maps("/proc/self/maps");
+  std::string line;
+  while (std::getline(maps, line))
+    for (const std::string& f : files)
+      if (line.size() >= f.size() && line.compare(line.size() - f.size(), f.size(), f) == 0)
+        return true;
+  return false;
+}
+
+// The logits of the reference prompt and its decode steps, every row.
+std::vector<float> run_logits(Model& model, const ReferenceLogits& ref) {
+  auto kv = model.new_dense_kv(static_cast<int32_t>(ref.rows + 1));
+  const StepSequence pre{kv.get(), ref.prompt, true};
+  TensorView l = model.forward(std::span<const StepSequence>(&pre, 1));
+  std::vector<float> out(l.as<float>(), l.as<float>() + l.numel());
+  for (const int32_t& t : ref.decode) {
+    const StepSequence d{kv.get(), std::span<const int32_t>(&t, 1), false};
+    l = model.forward(std::span<const StepSequence>(&d, 1));
+    out.insert(out.end(), l.as<float>(), l.as<float>() + l.numel());
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("weights copied into 2 MiB pages give the memory map's logits bit for bit", "[model]") {
+  auto backend = make_cpu_backend();
+  // lm_head tied to the embedding (one tensor, two views: the tied llama and OPT), bf16 weights
+  // in two shards, f32 weights.
+  for (const char* name :
+       {"llama-tiny-f16-tied", "mistral-tiny-bf16-sharded", "opt-tiny", "qwen3-tiny"}) {
+    DYNAMIC_SECTION(name) {
+      const ReferenceLogits ref = ReferenceLogits::load(name);
+      auto mapped = Model::load(ref.model, *backend, WeightMemory::kMap);
+      CHECK(mapped->weight_memory() == "map");
+      CHECK(maps_checkpoint(ref.model));
+      const std::vector<float> want = run_logits(*mapped, ref);
+      mapped.reset();
+      CHECK_FALSE(maps_checkpoint(ref.model));
+
+      auto copied = Model::load(ref.model, *backend, WeightMemory::kHuge);
+      CHECK(copied->weight_memory() == "huge");
+      CHECK_THAT(copied->weight_memory_note(), Catch::StartsWith("copied into 2 MiB pages in "));
+      CHECK_FALSE(maps_checkpoint(ref.model));  // the copy released the maps
+      const std::vector<float> got = run_logits(*copied, ref);
+      REQUIRE(got.size() == want.size());
+      CHECK(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)) == 0);
+
+      // auto copies where transparent huge pages are on (these models are far below the slack).
+      auto automatic = Model::load(ref.model, *backend, WeightMemory::kAuto);
+      const std::string thp = transparent_huge_pages();
+      INFO("THP \"" << thp << "\": " << automatic->weight_memory_note());
+      if (thp.empty() || thp == "never") {
+        CHECK(automatic->weight_memory() == "map");
+        CHECK_THAT(automatic->weight_memory_note(), Catch::Contains("transparent huge pages are"));
+      } else {
+        CHECK(automatic->weight_memory() == "huge");
+      }
+    }
+  }
+}
+
+TEST_CASE("the checkpoint's tensors are not handed out after its maps are released", "[model]") {
+  const ReferenceLogits ref = ReferenceLogits::load("llama-tiny");
+  TensorStore store = TensorStore::open(ref.model);
+  REQUIRE(store.mapped());
+  const int64_t bytes = store.total_bytes();
+  REQUIRE(store.has("model.norm.weight"));
+  store.unmap();
+  CHECK_FALSE(store.mapped());
+  CHECK(store.total_bytes() == bytes);
+  CHECK(store.has("model.norm.weight"));
+  CHECK_THROWS_WITH(store.get("model.norm.weight", {1}), Catch::Contains("maps were released"));
+}
+
+TEST_CASE("transparent_huge_pages names the kernel's mode", "[model]") {
+  const std::string thp = transparent_huge_pages();
+  INFO(thp);
+  CHECK((thp.empty() || thp == "always" || thp == "madvise" || thp == "never"));
 }

@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 #include <cstdlib>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <sstream>
@@ -192,6 +193,33 @@ TEST_CASE("--kv-dtype picks the stored KV type; a bad value is a one-line error"
       CHECK(!m.read("stdout.txt").empty());
     }
   }
+}
+
+TEST_CASE("--weight-memory map and huge decode the same tokens; a bad value is one line", "[cli]") {
+  ScratchModel m("llama-tiny");  // only for a scratch folder
+  const std::string model = test::repo_path("models/tandem-demo").string();
+  std::map<std::string, std::string> out;
+  for (const char* mem : {"map", "huge", "auto", "mapped"}) {
+    CAPTURE(mem);
+    const fs::path o = m.dir / "stdout.txt", e = m.dir / "stderr.txt";
+    const std::string cmd = std::string(TANDEM_TANDEM_BIN) + " run --device cpu --model " + model +
+                            " --prompt 'def add(a, b):' --max-tokens 12 --temperature 0" +
+                            " --weight-memory " + mem + " > " + o.string() + " 2> " + e.string();
+    const int status = std::system(cmd.c_str());
+    REQUIRE(WIFEXITED(status));
+    if (std::string(mem) == "mapped") {
+      CHECK(WEXITSTATUS(status) == 1);
+      const std::string err = m.read("stderr.txt");
+      CHECK_THAT(err, Catch::StartsWith("tandem: error: ") && Catch::Contains("--weight-memory"));
+      CHECK(std::count(err.begin(), err.end(), '\n') == 1);
+    } else {
+      CHECK(WEXITSTATUS(status) == 0);
+      out[mem] = m.read("stdout.txt");
+      CHECK(!out[mem].empty());
+    }
+  }
+  CHECK(out["huge"] == out["map"]);
+  CHECK(out["auto"] == out["map"]);
 }
 
 TEST_CASE("bench-decode --fill import, --window-frac and --batch max", "[cli][bench]") {

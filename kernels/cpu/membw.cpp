@@ -132,12 +132,13 @@ double measure_fma_gflops(int threads) {
   return best_rate(nt, kChains * 8.0 * static_cast<double>(kFmaIters), fma_chains) / 1e9;
 }
 
-double measure_read_bandwidth_gbs(size_t bytes, int threads) {
+double measure_read_bandwidth_gbs(size_t bytes, int threads, bool huge_pages) {
   const int nt = threads > 0 ? threads : tbb::this_task_arena::max_concurrency();
   // Each slice a multiple of 32 floats (128 bytes).
   const size_t slice = std::max<size_t>(1, bytes / 128 / static_cast<size_t>(nt)) * 32;
   const size_t total = slice * static_cast<size_t>(nt);
-  const Buffer owned(DType::kF32, {static_cast<int64_t>(total)});
+  const Buffer owned(huge_pages ? host_heap_huge() : host_heap(), DType::kF32,
+                     {static_cast<int64_t>(total)});
   float* const buf = owned.as<float>();
   tbb::task_arena arena(nt);
   std::vector<float> sums(static_cast<size_t>(nt));

@@ -11,7 +11,9 @@ namespace tandem {
 // Best-of-several streaming read bandwidth in GB/s (1e9 bytes/s) over a buffer of `bytes`
 // (choose it much larger than the last-level cache), read by `threads` oneTBB workers each
 // streaming its own slice. threads <= 0 means the default concurrency of the current arena.
-double measure_read_bandwidth_gbs(size_t bytes, int threads);
+// huge_pages: the buffer from host_heap_huge (2 MiB pages where THP allows), the pages the CPU
+// backend's weights are read from when copied there (WeightMemory::kHuge); else the plain heap.
+double measure_read_bandwidth_gbs(size_t bytes, int threads, bool huge_pages = false);
 
 // Best-of-several AVX2 fused multiply-add throughput in 1e9 single-precision FMAs per second
 // (one FMA = one lane of one _mm256_fmadd_ps) with `threads` oneTBB workers, each running

@@ -159,9 +159,11 @@ int cmd_bench_decode(const Options& f) {
   const int32_t gen = static_cast<int32_t>(f.integer_in("gen", 32, 2, c.max_context - max_depth));
   const int32_t chunk = static_cast<int32_t>(f.integer("chunk"));
   // The host read bandwidth is the limit of the CPU backend's decode; on a device it is not.
+  // Measured on the kind of pages the weights are read from.
   const bool on_host = backend->host_accessible();
+  const bool huge = model->weight_memory() == "huge";
   const double bw = on_host ? measure_read_bandwidth_gbs(static_cast<size_t>(f.integer("bw-bytes")),
-                                                         limit.threads())
+                                                         limit.threads(), huge)
                             : 0.0;
   // The prefill's limit: the peak rate of the active CPU kernel path's multiply-add instruction.
   const cpu::Isa isa = cpu::active_isa();
@@ -346,6 +348,7 @@ int cmd_bench_decode(const Options& f) {
         const double flop = batch * (2.0 * layer_params * depth + 2.0 * lm_head + attn);
         const double gflops = fill == "prefill" && depth > 0 ? flop / fill_s / 1e9 : 0.0;
         j["cpu_isa"] = std::string(cpu::isa_name(isa));
+        j["weight_memory"] = std::string(model->weight_memory());
         j["peak_gflops"] = peak;
         j["prefill_gflops"] = gflops;
         j["prefill_fraction_of_peak"] = peak > 0 ? gflops / peak : 0.0;

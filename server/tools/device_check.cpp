@@ -56,9 +56,10 @@ double compare_with_cpu(Model& model) {
 }
 
 LoadedModel load_checked(std::unique_ptr<Backend> backend, const std::string& dir, bool check,
-                         bool fallback, const std::function<void(const std::string&)>& warn) {
+                         bool fallback, const std::function<void(const std::string&)>& warn,
+                         WeightMemory memory) {
   LoadedModel m;
-  m.model = Model::load(dir, *backend);
+  m.model = Model::load(dir, *backend, memory);
   m.backend = std::move(backend);
   if (!check || m.backend->name() == "cpu") return m;
   std::string why;
@@ -78,7 +79,7 @@ LoadedModel load_checked(std::unique_ptr<Backend> backend, const std::string& di
            "skips this check)"));
   m.model.reset();
   m.backend = make_cpu_backend();
-  m.model = Model::load(dir, *m.backend);
+  m.model = Model::load(dir, *m.backend, memory);
   return m;
 }
 
@@ -87,9 +88,12 @@ LoadedModel load_model(const Options& o, const std::string& dir,
   const std::string device = o.str("device");
   const std::string check = o.str("device-check");
   auto backend = make_backend(o);
+  const WeightMemory memory = o.pick<WeightMemory>(
+      "weight-memory",
+      {{"auto", WeightMemory::kAuto}, {"huge", WeightMemory::kHuge}, {"map", WeightMemory::kMap}});
   return load_checked(std::move(backend), dir,
                       check == "on" || (check == "auto" && device == "auto"), device == "auto",
-                      warn);
+                      warn, memory);
 }
 
 }  // namespace tandem

@@ -31,12 +31,14 @@ struct LoadedModel {
 // Loads dir on `backend`; when `check` is set and the backend is not the CPU's, runs
 // compare_with_cpu. On a difference above kDeviceCheckTolerance or an error: with `fallback`
 // calls warn(reason) and returns the model on the CPU backend, else throws kInternal.
+// `memory`: where the weights live on the CPU backend (Model::load; also for the fallback).
 LoadedModel load_checked(std::unique_ptr<Backend> backend, const std::string& dir, bool check,
-                         bool fallback, const std::function<void(const std::string&)>& warn);
+                         bool fallback, const std::function<void(const std::string&)>& warn,
+                         WeightMemory memory = WeightMemory::kMap);
 
 // The backend of --device (make_backend) and the model on it, checked per --device-check:
 // auto (default) checks when --device is auto and falls back to the CPU; on checks for --device
-// cuda too and fails there; off never checks.
+// cuda too and fails there; off never checks. --weight-memory places the weights on the CPU.
 LoadedModel load_model(const Options& o, const std::string& dir,
                        const std::function<void(const std::string&)>& warn);
 
