@@ -61,6 +61,25 @@ std::string load_error(const fs::path& dir) {
 
 void check_one_line(const std::string& msg) { CHECK(msg.find('\n') == std::string::npos); }
 
+// `tandem run` of the bundled demo model with `args`, its stdout and stderr into m's folder
+// (stdout.txt, stderr.txt); returns the exit status.
+int run_demo(const ScratchModel& m, const std::string& args) {
+  const std::string cmd = std::string(TANDEM_TANDEM_BIN) + " run --device cpu --model " +
+                          tandem::test::repo_path("models/tandem-demo").string() + " " + args +
+                          " > " + (m.dir / "stdout.txt").string() + " 2> " +
+                          (m.dir / "stderr.txt").string();
+  const int status = std::system(cmd.c_str());
+  REQUIRE(WIFEXITED(status));
+  return WEXITSTATUS(status);
+}
+
+// A command's exit for a bad --flag value: status 1 and one line on stderr naming the flag.
+void check_bad_flag(int exit_code, const std::string& err, const char* flag) {
+  CHECK(exit_code == 1);
+  CHECK_THAT(err, Catch::StartsWith("tandem: error: ") && Catch::Contains(flag));
+  CHECK(std::count(err.begin(), err.end(), '\n') == 1);
+}
+
 }  // namespace
 
 TEST_CASE("missing files are named", "[model][errors]") {
@@ -171,25 +190,17 @@ TEST_CASE("tandem CMD --help prints the usage and exits 0", "[cli]") {
 
 TEST_CASE("--kv-dtype picks the stored KV type; a bad value is a one-line error", "[cli]") {
   ScratchModel m("llama-tiny");  // only for a scratch folder
-  const std::string model = test::repo_path("models/tandem-demo").string();
   for (const char* dt : {"bf16", "f16", "q4"}) {
     CAPTURE(dt);
-    const fs::path out = m.dir / "stdout.txt", err = m.dir / "stderr.txt";
-    const std::string cmd =
-        std::string(TANDEM_TANDEM_BIN) + " run --device cpu --model " + model +
-        " --prompt 'def add(self, key, value):\n    self.items[key] = value\n    return "
-        "self.items[key]\n\n' --max-tokens 8" +
-        " --temperature 0 --window 16 --block 16 --sparse full --kv-dtype " + dt + " > " +
-        out.string() + " 2> " + err.string();
-    const int status = std::system(cmd.c_str());
-    REQUIRE(WIFEXITED(status));
+    const int code = run_demo(
+        m, std::string("--prompt 'def add(self, key, value):\n    self.items[key] = value\n    "
+                       "return self.items[key]\n\n' --max-tokens 8 --temperature 0 --window 16 "
+                       "--block 16 --sparse full --kv-dtype ") +
+               dt);
     if (std::string(dt) == "q4") {
-      CHECK(WEXITSTATUS(status) == 1);
-      const std::string e = m.read("stderr.txt");
-      CHECK_THAT(e, Catch::StartsWith("tandem: error: ") && Catch::Contains("--kv-dtype"));
-      CHECK(std::count(e.begin(), e.end(), '\n') == 1);
+      check_bad_flag(code, m.read("stderr.txt"), "--kv-dtype");
     } else {
-      CHECK(WEXITSTATUS(status) == 0);
+      CHECK(code == 0);
       CHECK(!m.read("stdout.txt").empty());
     }
   }
@@ -197,23 +208,17 @@ TEST_CASE("--kv-dtype picks the stored KV type; a bad value is a one-line error"
 
 TEST_CASE("--weight-memory map and huge decode the same tokens; a bad value is one line", "[cli]") {
   ScratchModel m("llama-tiny");  // only for a scratch folder
-  const std::string model = test::repo_path("models/tandem-demo").string();
   std::map<std::string, std::string> out;
   for (const char* mem : {"map", "huge", "auto", "mapped"}) {
     CAPTURE(mem);
-    const fs::path o = m.dir / "stdout.txt", e = m.dir / "stderr.txt";
-    const std::string cmd = std::string(TANDEM_TANDEM_BIN) + " run --device cpu --model " + model +
-                            " --prompt 'def add(a, b):' --max-tokens 12 --temperature 0" +
-                            " --weight-memory " + mem + " > " + o.string() + " 2> " + e.string();
-    const int status = std::system(cmd.c_str());
-    REQUIRE(WIFEXITED(status));
+    const int code = run_demo(
+        m,
+        std::string("--prompt 'def add(a, b):' --max-tokens 12 --temperature 0 --weight-memory ") +
+            mem);
     if (std::string(mem) == "mapped") {
-      CHECK(WEXITSTATUS(status) == 1);
-      const std::string err = m.read("stderr.txt");
-      CHECK_THAT(err, Catch::StartsWith("tandem: error: ") && Catch::Contains("--weight-memory"));
-      CHECK(std::count(err.begin(), err.end(), '\n') == 1);
+      check_bad_flag(code, m.read("stderr.txt"), "--weight-memory");
     } else {
-      CHECK(WEXITSTATUS(status) == 0);
+      CHECK(code == 0);
       out[mem] = m.read("stdout.txt");
       CHECK(!out[mem].empty());
     }
