@@ -149,13 +149,13 @@ void Model::copy_weights_huge() {
 void Model::place_host_weights(WeightMemory memory) {
   if (memory == WeightMemory::kAuto) {
     const std::string thp = transparent_huge_pages();
-    const int64_t need = weight_bytes() + std::max(kWeightCopySlack, weight_bytes() / 8);
-    const int64_t avail = host_memory_info().free_bytes;
     if (thp.empty() || thp == "never") {
       weight_memory_note_ = cat("memory-mapped: transparent huge pages are ",
                                 thp.empty() ? std::string("not available") : thp);
       return;
     }
+    const int64_t need = weight_bytes() + std::max(kWeightCopySlack, weight_bytes() / 8);
+    const int64_t avail = host_memory_info().free_bytes;
     if (avail < need) {
       weight_memory_note_ = cat("memory-mapped: MemAvailable ", avail >> 20, " MiB is below the ",
                                 need >> 20, " MiB a copy in 2 MiB pages needs");
