@@ -4,8 +4,8 @@
 // paired: both copies live in one process and the calls alternate between them in rounds of 6
 // steps of every layer, each round's median step time printed, then the share of rounds the
 // 2 MiB pages won and the median ratio. Shape: the 1B model's (16 layers, 32 query heads, 8 KV
-// heads, head_dim 64), f32 KV, depth 4096 by default. Build and run:
-//   g++ -O2 -std=c++20 -mavx2 -mfma -mf16c -I. scripts/probe_dense_kv_pages.cpp \
+// heads, head_dim 64), f32 KV, depth 4096 by default. Build (one command) and run:
+//   g++ -O2 -std=c++20 -mavx2 -mfma -mf16c -I. scripts/probe_dense_kv_pages.cpp
 //       build/libtandem_core.a -ltbb -o /tmp/probe_dense_kv_pages
 //   /tmp/probe_dense_kv_pages [rounds] [depth]
 #include <algorithm>
