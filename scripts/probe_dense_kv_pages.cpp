@@ -1,10 +1,12 @@
 // probe_dense_kv_pages: the dense cache's attention of one decode token (the CPU backend's
 // attention(), as DenseKv::attend calls it) over K and V in 4 KiB pages (host_heap, what the CPU
-// backend's allocate() gives) against the same K and V in 2 MiB pages (host_heap_huge), tightly
-// paired: both copies live in one process and the calls alternate between them in rounds of 6
-// steps of every layer, each round's median step time printed, then the share of rounds the
-// 2 MiB pages won and the median ratio. Shape: the 1B model's (16 layers, 32 query heads, 8 KV
-// heads, head_dim 64), f32 KV, depth 4096 by default. Build (one command) and run:
+// backend's allocate() gave until 2026-12-07) against the same K and V in 2 MiB pages
+// (host_heap_huge, what it gives since), tightly paired: both copies live in one process and the
+// calls alternate between them in rounds of 6 steps of every layer, each round's median step time
+// printed, then the share of rounds the 2 MiB pages won and the median ratio. It first prints the
+// process's AnonHugePages: whether the kernel gave the 2 MiB pages asked for. Shape: the 1B
+// model's (16 layers, 32 query heads, 8 KV heads, head_dim 64), f32 KV, depth 4096 by default.
+// Build (one command) and run:
 //   g++ -O2 -std=c++20 -mavx2 -mfma -mf16c -I. scripts/probe_dense_kv_pages.cpp
 //       build/libtandem_core.a -ltbb -o /tmp/probe_dense_kv_pages
 //   /tmp/probe_dense_kv_pages [rounds] [depth]
@@ -13,6 +15,9 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "kernels/attn_partial.h"
@@ -46,6 +51,16 @@ int main(int argc, char** argv) {
     return s;
   };
   const Set small = make(host_heap()), huge = make(host_heap_huge());
+  // Whether the kernel gave the 2 MiB pages asked for (THP may fall back to 4 KiB pages when it
+  // finds no free 2 MiB ones): the process's AnonHugePages against the huge set's bytes.
+  if (std::FILE* f = std::fopen("/proc/self/smaps_rollup", "r")) {
+    char line[256];
+    while (std::fgets(line, sizeof line, f) != nullptr)
+      if (std::string_view(line).starts_with("AnonHugePages:"))
+        std::printf("%s huge set %.0f MB\n", std::string(line, std::strlen(line) - 1).c_str(),
+                    2.0 * kLayers * static_cast<double>(depth) * kHkv * kD * 4 / 1e6);
+    std::fclose(f);
+  }
   std::vector<float> q(kHq * kD, 0.1f), o(kHq * kD), lse(kHq);
   int32_t pos = static_cast<int32_t>(depth);
   const TensorView qv(q.data(), DType::kF32, {1, kHq, kD});

@@ -235,6 +235,17 @@ int thp_eligible(const void* p) {
   return -1;
 }
 
+// Where THP is "madvise" or "always", the mapping holding p may take huge pages (the sanitizers'
+// allocators map memory their own way: not checked there).
+void check_huge_advised([[maybe_unused]] const void* p) {
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+  const std::string mode = transparent_huge_pages();
+  const int eligible = thp_eligible(p);
+  INFO("THP " << mode << ", THPeligible " << eligible);
+  if (eligible >= 0 && (mode == "madvise" || mode == "always")) CHECK(eligible == 1);
+#endif
+}
+
 }  // namespace
 
 TEST_CASE("buffer: host_heap_huge aligns large buffers to 2 MiB and advises huge pages",
@@ -249,12 +260,22 @@ TEST_CASE("buffer: host_heap_huge aligns large buffers to 2 MiB and advises huge
   CHECK(reinterpret_cast<uintptr_t>(p) % kHuge == 0);
   std::memset(p, 7, static_cast<size_t>(n));  // every byte asked for is there
   CHECK(p[n - 1] == 7);
-#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
-  // Where THP is "madvise" or "always", the buffer's mapping may take huge pages (the
-  // sanitizers' allocators map memory their own way: not checked there).
-  const std::string mode = transparent_huge_pages();
-  const int eligible = thp_eligible(p);
-  INFO("THP " << mode << ", THPeligible " << eligible);
-  if (eligible >= 0 && (mode == "madvise" || mode == "always")) CHECK(eligible == 1);
-#endif
+  check_huge_advised(p);
+}
+
+TEST_CASE("buffer: the CPU backend's allocate takes 2 MiB pages from 2 MiB up", "[buffer]") {
+  constexpr uintptr_t kHuge = uintptr_t{2} << 20;
+  const auto be = make_cpu_backend();
+  Buffer small(*be, DType::kU8, {1000});
+  CHECK(reinterpret_cast<uintptr_t>(small.view().data) % 64 == 0);
+  const int64_t n = (int64_t{5} << 20) + 3;
+  Buffer big(*be, DType::kU8, {n});
+  auto* p = static_cast<unsigned char*>(big.view().data);
+  CHECK(reinterpret_cast<uintptr_t>(p) % kHuge == 0);
+  std::memset(p, 3, static_cast<size_t>(n));
+  CHECK(p[n - 1] == 3);
+  void* raw = be->allocate(int64_t{4} << 20);
+  CHECK(reinterpret_cast<uintptr_t>(raw) % kHuge == 0);
+  be->deallocate(raw);
+  check_huge_advised(p);
 }
