@@ -48,7 +48,7 @@ TensorView kv_page(const TensorView& kv, const KvPages& pages, size_t i) {
 }
 
 // Both memories of this default are the host heap, buffers from 2 MiB up in 2 MiB pages
-// (host_heap_huge): the dense cache's attention read its K and V 5-9% faster so than in 4 KiB
+// (host_heap_huge): the dense cache's attention read its K and V 5-9% faster there than in 4 KiB
 // pages (scripts/probe_dense_kv_pages.cpp, docs/decode-cpu.md, 2026-12-07).
 void* Backend::allocate(int64_t bytes) {
   const Allocator heap = host_heap_huge();

@@ -51,14 +51,14 @@ int main(int argc, char** argv) {
     return s;
   };
   const Set small = make(host_heap()), huge = make(host_heap_huge());
+  const double mb = 2.0 * kLayers * static_cast<double>(depth) * kHkv * kD * 4 / 1e6;  // a set
   // Whether the kernel gave the 2 MiB pages asked for (THP may fall back to 4 KiB pages when it
   // finds no free 2 MiB ones): the process's AnonHugePages against the huge set's bytes.
   if (std::FILE* f = std::fopen("/proc/self/smaps_rollup", "r")) {
     char line[256];
     while (std::fgets(line, sizeof line, f) != nullptr)
       if (std::string_view(line).starts_with("AnonHugePages:"))
-        std::printf("%s huge set %.0f MB\n", std::string(line, std::strlen(line) - 1).c_str(),
-                    2.0 * kLayers * static_cast<double>(depth) * kHkv * kD * 4 / 1e6);
+        std::printf("%s huge set %.0f MB\n", std::string(line, std::strlen(line) - 1).c_str(), mb);
     std::fclose(f);
   }
   std::vector<float> q(kHq * kD, 0.1f), o(kHq * kD), lse(kHq);
@@ -83,7 +83,6 @@ int main(int argc, char** argv) {
   };
   step(small);
   step(huge);
-  const double mb = 2.0 * kLayers * static_cast<double>(depth) * kHkv * kD * 4 / 1e6;
   int wins = 0;
   std::vector<double> ratios;
   for (int r = 0; r < rounds; ++r) {
