@@ -1,4 +1,8 @@
 // DenseKv: the plain contiguous KV cache, used by --dense and as the exactness reference.
+#include <cstdint>
+#include <vector>
+
+#include "kernels/cpu/simd.h"
 #include "kvstore/sequence_kv.h"
 
 namespace tandem {
@@ -8,13 +12,15 @@ void SequenceKv::attend(Backend&, int32_t, const TensorView&, const TensorView&,
   TANDEM_CHECK(false, "this sequence attends through its store's step runner");
 }
 
-DenseKv::DenseKv(Backend& backend, const KvShape& shape, int32_t capacity)
-    : shape_(shape), capacity_(capacity) {
+DenseKv::DenseKv(Backend& backend, const KvShape& shape, int32_t capacity, DType dtype)
+    : shape_(shape), capacity_(capacity), dtype_(dtype) {
   TANDEM_CHECK(capacity > 0, "capacity ", capacity);
+  TANDEM_CHECK(dtype == DType::kF32 || dtype == DType::kF16 || dtype == DType::kBF16,
+               "dense KV dtype ", dtype_name(dtype));
   for (int32_t l = 0; l < shape.n_layer; ++l) {
-    k_.emplace_back(backend, DType::kF32,
+    k_.emplace_back(backend, dtype,
                     std::initializer_list<int64_t>{capacity, shape.n_head_kv, shape.head_dim});
-    v_.emplace_back(backend, DType::kF32,
+    v_.emplace_back(backend, dtype,
                     std::initializer_list<int64_t>{capacity, shape.n_head_kv, shape.head_dim});
   }
 }
@@ -39,10 +45,20 @@ void DenseKv::import_kv(Backend& backend, int32_t layer, const float* k, const f
   TANDEM_CHECK(layer >= 0 && layer < shape_.n_layer, "layer ", layer);
   if (n == 0) return;
   const std::initializer_list<int64_t> dims = {n, shape_.n_head_kv, shape_.head_dim};
-  backend.upload(TensorView(const_cast<float*>(k), DType::kF32, dims),
-                 k_[static_cast<size_t>(layer)].view().slice(length_, length_ + n));
-  backend.upload(TensorView(const_cast<float*>(v), DType::kF32, dims),
-                 v_[static_cast<size_t>(layer)].view().slice(length_, length_ + n));
+  const TensorView kd = k_[static_cast<size_t>(layer)].view().slice(length_, length_ + n);
+  const TensorView vd = v_[static_cast<size_t>(layer)].view().slice(length_, length_ + n);
+  if (dtype_ == DType::kF32) {
+    backend.upload(TensorView(const_cast<float*>(k), DType::kF32, dims), kd);
+    backend.upload(TensorView(const_cast<float*>(v), DType::kF32, dims), vd);
+    return;
+  }
+  // upload() moves bytes of one type: round on the host first, as attend()'s copy rounds.
+  const int64_t count = int64_t{n} * shape_.n_head_kv * shape_.head_dim;
+  std::vector<uint16_t> rounded(static_cast<size_t>(count));
+  cpu::row_from_f32(k, rounded.data(), dtype_, count);
+  backend.upload(TensorView(rounded.data(), dtype_, dims), kd);
+  cpu::row_from_f32(v, rounded.data(), dtype_, count);
+  backend.upload(TensorView(rounded.data(), dtype_, dims), vd);
 }
 
 void DenseKv::advance(int32_t n) {

@@ -97,7 +97,9 @@ void KvConfig::validate() const {
 
 std::string KvConfig::describe() const {
   std::ostringstream os;
-  if (dense) return "dense";
+  if (dense)
+    return kv_dtype == DType::kF32 ? "dense"
+                                   : "dense kv-dtype=" + std::string(dtype_name(kv_dtype));
   os << "sinks=" << sinks << " window=" << window << " block=" << block
      << " sparse=" << policy_name(sparse);
   if (sparse == SparsePolicy::kHgca) os << "(beta=" << hgca_beta << ")";
@@ -219,7 +221,7 @@ KvStore::~KvStore() {
 
 std::unique_ptr<SequenceKv> KvStore::new_sequence(int32_t capacity,
                                                   std::span<const int32_t> tokens) {
-  if (cfg_.dense) return std::make_unique<DenseKv>(backend_, shape_, capacity);
+  if (cfg_.dense) return std::make_unique<DenseKv>(backend_, shape_, capacity, cfg_.kv_dtype);
   auto kv = std::make_unique<HybridKv>(*shared_, capacity);
   if (cache_ && !tokens.empty()) {
     // At least the last token is computed (its logits are the sequence's next step).

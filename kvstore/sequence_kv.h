@@ -115,10 +115,12 @@ struct KvShape {
   float scale = 1.0f;  // softmax scale (1/sqrt(head_dim))
 };
 
-// Contiguous f32 cache in backend memory: per layer K and V of [capacity, n_head_kv, head_dim].
+// Contiguous cache in backend memory: per layer K and V of [capacity, n_head_kv, head_dim], stored
+// as `dtype` (f32, or f16/bf16 as --dense --kv-dtype asks: half the bytes, each element rounded
+// once when it is stored, as llama.cpp's default f16 cache is).
 class DenseKv final : public SequenceKv {
  public:
-  DenseKv(Backend& backend, const KvShape& shape, int32_t capacity);
+  DenseKv(Backend& backend, const KvShape& shape, int32_t capacity, DType dtype = DType::kF32);
   int32_t length() const override { return length_; }
   int32_t capacity() const override { return capacity_; }
   void attend(Backend& backend, int32_t layer, const TensorView& q, const TensorView& k,
@@ -130,6 +132,7 @@ class DenseKv final : public SequenceKv {
  private:
   KvShape shape_;
   int32_t capacity_;
+  DType dtype_;
   int32_t length_ = 0;
   std::vector<Buffer> k_, v_;  // per layer
 };

@@ -201,7 +201,7 @@ constexpr OptionSpec kOptions[] = {
     number("maw-alpha", kLoads, kKv, "A", "0.1", 1e-6, 1,
            "moving-average factor of the attention weights --sparse hgca selects by"),
     choice("kv-dtype", kLoads, kKv, "f32|bf16|f16", "f32",
-           "type of the stored KV blocks of the hybrid store (--dense stays f32)"),
+           "type of the stored KV: the hybrid store's blocks, or the dense cache with --dense"),
     number("kv-host-gib", kLoads, kKv, "G", "0", 0, 1 << 20,
            "bound of the host KV tier, cached prefixes included (0: half of MemAvailable at "
            "start-up)"),

@@ -64,8 +64,11 @@ TEST_CASE("forward on the CUDA backend matches the CPU backend", "[cuda][model]"
     };
     KvConfig dense;
     dense.dense = true;
+    KvConfig dense_f16 = dense;
+    dense_f16.kv_dtype = DType::kF16;
     std::vector<Case> cases = {
         {"dense", dense},
+        {"dense f16", dense_f16},
         {"full window 0", small_hybrid(0, SparsePolicy::kFull, CpuAttnMode::kParallel)},
         {"full window 6", small_hybrid(6, SparsePolicy::kFull, CpuAttnMode::kParallel)},
     };

@@ -10,6 +10,7 @@
 
 #include "kernels/backend.h"
 #include "kernels/buffer.h"
+#include "kernels/cpu/simd.h"
 #include "kvstore/kv_store.h"
 #include "kvstore/selection.h"
 #include "models/model.h"
@@ -84,6 +85,38 @@ TEST_CASE("sparse=full equals dense with host V by tiles (head_dim 128)", "[hybr
       const auto got = run_sequence(*model, cfg, prompt, decode, 7, &st);
       CHECK(st.attended < st.host_entries);  // the resident part is the device's
       CHECK(worst_rel_error(got, want) < (kv == DType::kF32 ? 1e-5 : 5e-5));
+    }
+  }
+}
+
+// --dense --kv-dtype f16|bf16: the dense cache stores K and V rounded to the type and attends the
+// stored rows, a step's own rows too (as llama.cpp's f16 cache does). The hybrid store attends a
+// step's own rows before it stores them, so the two differ by the rounding of those rows.
+TEST_CASE("the dense cache stores K and V in --kv-dtype", "[hybrid][dense]") {
+  auto backend = make_cpu_backend();
+  ScratchDir d;
+  make_random_model("tiny-d128", DType::kF32, d.dir, 11);
+  auto model = Model::load(d.dir, *backend);
+  const std::vector<int32_t> prompt = random_tokens(37, 512, 5), decode = random_tokens(6, 512, 6);
+  KvConfig dense;
+  dense.dense = true;
+  const auto f32 = run_sequence(*model, dense, prompt, decode, 7);
+  for (DType kv : {DType::kF16, DType::kBF16}) {
+    DYNAMIC_SECTION(dtype_name(kv)) {
+      KvConfig cfg = dense;
+      cfg.kv_dtype = kv;
+      CHECK(cfg.describe() == "dense kv-dtype=" + std::string(dtype_name(kv)));
+      const auto got = run_sequence(*model, cfg, prompt, decode, 7);
+      const auto on_device =
+          run_sequence(*model, small_hybrid(64, SparsePolicy::kFull, CpuAttnMode::kParallel, kv),
+                       prompt, decode, 7);
+      const double err = worst_rel_error(got, on_device), off = worst_rel_error(got, f32);
+      INFO("against the hybrid store of the type " << err << ", against the f32 cache " << off);
+      // Measured: f16 4.8e-4 and 6.3e-4, bf16 4.0e-3 and 4.8e-3.
+      const double rounding = kv == DType::kF16 ? 2e-3 : 2e-2;
+      CHECK(err < rounding);
+      CHECK(off < rounding);
+      CHECK(off > rounding / 100);  // the rounding is there
     }
   }
 }
@@ -370,6 +403,45 @@ TEST_CASE("imported KV attends like the same KV stored by a prefill", "[hybrid][
     DenseKv dense(*backend, shape, 64);
     for (int32_t l = 0; l < 2; ++l) dense.import_kv(*backend, l, k.as<float>(), v.as<float>(), n);
     dense.advance(n);
+    // A 16-bit dense cache is the f32 cache of the rows rounded to its type: imported rows, a
+    // prefill's rows and a decode step's own row alike.
+    for (DType t : {DType::kF16, DType::kBF16}) {
+      auto rounded = [&](const Buffer& x) {
+        const int64_t count = x.view().numel();
+        Buffer r(DType::kF32, {count});
+        std::vector<uint16_t> bits(static_cast<size_t>(count));
+        cpu::row_from_f32(x.as<float>(), bits.data(), t, count);
+        cpu::row_to_f32(bits.data(), t, r.as<float>(), count);
+        return r;
+      };
+      const Buffer kr = rounded(k), vr = rounded(v), kdr = rounded(kd), vdr = rounded(vd);
+      DenseKv by_import(*backend, shape, 64, t), by_prefill(*backend, shape, 64, t);
+      DenseKv of_rounded(*backend, shape, 64), of_f32(*backend, shape, 64);
+      for (int32_t l = 0; l < 2; ++l) {
+        by_import.import_kv(*backend, l, k.as<float>(), v.as<float>(), n);
+        of_rounded.import_kv(*backend, l, kr.as<float>(), vr.as<float>(), n);
+        of_f32.import_kv(*backend, l, k.as<float>(), v.as<float>(), n);
+      }
+      by_import.advance(n);
+      of_rounded.advance(n);
+      of_f32.advance(n);
+      run_kv_step(by_prefill, n, false, true, [&](KvStep& step) {
+        for (int32_t l = 0; l < 2; ++l)
+          step.attend(*backend, l, q.view(), k.view(), v.view(), pos.view().slice(0, n),
+                      AttnPartial{o.view(), lse.view()});
+      });
+      const Buffer x = decode(by_import), y = decode(by_prefill);
+      CHECK(rel_error(x.as<float>(), y.as<float>(), 64) == 0.0);
+      Buffer z(DType::kF32, {2, 4, 8}), zl(DType::kF32, {2, 4});
+      run_kv_step(of_rounded, 1, true, false, [&](KvStep& step) {
+        for (int32_t l = 0; l < 2; ++l)
+          step.attend(*backend, l, qd.view(), kdr.view().reshape({1, 2, 8}),
+                      vdr.view().reshape({1, 2, 8}), pos.view().slice(n, n + 1),
+                      AttnPartial{z.view().slice(l, l + 1), zl.view().slice(l, l + 1)});
+      });
+      CHECK(rel_error(x.as<float>(), z.as<float>(), 64) < 1e-6);
+      CHECK(rel_error(x.as<float>(), decode(of_f32).as<float>(), 64) > 1e-6);
+    }
 
     const Buffer a = decode(*prefilled), b = decode(*imported), c = decode(dense);
     CHECK(rel_error(b.as<float>(), a.as<float>(), 64) == 0.0);  // full reads no MAW

@@ -27,10 +27,12 @@ llama() {  # pair test
 tandem() {  # pair test
   local common=(bench-decode --model llama1b-bf16 --batch 1 --threads 2)
   if [ "$2" = d4096 ]; then
-    # The dense cache (f32) and the hybrid store (full policy) with f32 KV and with f16 KV, the
+    # The dense cache and the hybrid store (full policy), each with f32 KV and with f16 KV, the
     # type of llama.cpp's default cache (llama-bench's type_k / type_v).
     $T "${common[@]}" --depth 4096 --gen 17 --dense 2>/dev/null | tail -1 |
       tag "$1" "$2" tandem-dense
+    $T "${common[@]}" --depth 4096 --gen 17 --dense --kv-dtype f16 2>/dev/null | tail -1 |
+      tag "$1" "$2" tandem-dense-f16
     $T "${common[@]}" --depth 4096 --gen 17 --sparse full 2>/dev/null | tail -1 |
       tag "$1" "$2" tandem-full
     $T "${common[@]}" --depth 4096 --gen 17 --sparse full --kv-dtype f16 2>/dev/null | tail -1 |

@@ -39,7 +39,8 @@ struct KvFootprint {
 KvFootprint kv_footprint(const KvShape& s, const KvConfig& cfg, int32_t tokens, bool mirrored) {
   KvFootprint f;
   if (cfg.dense) {
-    f.device = 2 * int64_t{s.n_layer} * tokens * s.n_head_kv * s.head_dim * 4;
+    f.device =
+        2 * int64_t{s.n_layer} * tokens * s.n_head_kv * s.head_dim * dtype_size(cfg.kv_dtype);
     return f;
   }
   const BlockLayout layout{cfg.block, s.n_head_kv, s.head_dim, cfg.kv_dtype,
@@ -318,7 +319,7 @@ int cmd_bench_decode(const Options& f) {
           {"window", cfg.dense ? 0 : cfg.window},
           {"window_frac", window_frac},
           {"cpu_attn", std::string(cfg.dense ? "none" : mode_name(store.config().cpu_attn))},
-          {"kv_dtype", std::string(dtype_name(cfg.dense ? DType::kF32 : cfg.kv_dtype))},
+          {"kv_dtype", std::string(dtype_name(cfg.kv_dtype))},
           {"device_kv_bytes_per_seq", per_seq.device},
           {"host_kv_bytes_per_seq", per_seq.host},
           {"fill_s", fill_s},
