@@ -1,5 +1,7 @@
 // DenseKv: the plain contiguous KV cache, used by --dense and as the exactness reference.
+#include <algorithm>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "kernels/cpu/simd.h"
@@ -19,10 +21,17 @@ DenseKv::DenseKv(Backend& backend, const KvShape& shape, int32_t capacity, DType
                "dense KV dtype ", dtype_name(dtype));
   for (int32_t l = 0; l < shape.n_layer; ++l) {
     k_.emplace_back(backend, dtype,
-                    std::initializer_list<int64_t>{capacity, shape.n_head_kv, shape.head_dim});
+                    std::initializer_list<int64_t>{shape.n_head_kv, capacity, shape.head_dim});
     v_.emplace_back(backend, dtype,
-                    std::initializer_list<int64_t>{capacity, shape.n_head_kv, shape.head_dim});
+                    std::initializer_list<int64_t>{shape.n_head_kv, capacity, shape.head_dim});
   }
+}
+
+TensorView DenseKv::rows(const std::vector<Buffer>& kv, int32_t layer) const {
+  TensorView t = kv[static_cast<size_t>(layer)].view();  // [n_head_kv, capacity, head_dim]
+  std::swap(t.shape[0], t.shape[1]);
+  std::swap(t.stride[0], t.stride[1]);
+  return t;
 }
 
 void DenseKv::attend(Backend& backend, int32_t layer, const TensorView& q, const TensorView& k,
@@ -30,8 +39,7 @@ void DenseKv::attend(Backend& backend, int32_t layer, const TensorView& q, const
   const int64_t n = q.dim(0);
   TANDEM_REQUIRE(length_ + n <= capacity_, kInvalidArgument, "sequence of ", length_ + n,
                  " tokens exceeds its KV capacity of ", capacity_);
-  const TensorView kl = k_[static_cast<size_t>(layer)].view();
-  const TensorView vl = v_[static_cast<size_t>(layer)].view();
+  const TensorView kl = rows(k_, layer), vl = rows(v_, layer);
   backend.copy(k, kl.slice(length_, length_ + n));
   backend.copy(v, vl.slice(length_, length_ + n));
   backend.attention(q, kl.slice(0, length_ + n), vl.slice(0, length_ + n), q_pos, 0, shape_.scale,
@@ -44,21 +52,26 @@ void DenseKv::import_kv(Backend& backend, int32_t layer, const float* k, const f
                  " tokens into a sequence of ", length_, " exceeds its KV capacity of ", capacity_);
   TANDEM_CHECK(layer >= 0 && layer < shape_.n_layer, "layer ", layer);
   if (n == 0) return;
-  const std::initializer_list<int64_t> dims = {n, shape_.n_head_kv, shape_.head_dim};
-  const TensorView kd = k_[static_cast<size_t>(layer)].view().slice(length_, length_ + n);
-  const TensorView vd = v_[static_cast<size_t>(layer)].view().slice(length_, length_ + n);
-  if (dtype_ == DType::kF32) {
-    backend.upload(TensorView(const_cast<float*>(k), DType::kF32, dims), kd);
-    backend.upload(TensorView(const_cast<float*>(v), DType::kF32, dims), vd);
-    return;
+  // upload() moves contiguous bytes of one type: each head's n rows are one run of the cache,
+  // gathered (and rounded, as attend()'s copy rounds) on the host first.
+  const int64_t d = shape_.head_dim, hkv = shape_.n_head_kv;
+  std::vector<float> run(static_cast<size_t>(n * d));
+  std::vector<uint16_t> rounded(dtype_ == DType::kF32 ? 0 : run.size());
+  for (const auto& [src, dst] : {std::pair{k, &k_}, std::pair{v, &v_}}) {
+    const TensorView cache = rows(*dst, layer);
+    for (int64_t h = 0; h < hkv; ++h) {
+      for (int64_t i = 0; i < n; ++i) std::copy_n(src + (i * hkv + h) * d, d, run.data() + i * d);
+      TensorView to = cache.slice(length_, length_ + n);
+      to.data = static_cast<char*>(to.data) + h * to.stride[1] * dtype_size(dtype_);
+      to = TensorView(to.data, dtype_, {n, d}, to.memory);  // one head's rows: contiguous
+      if (dtype_ == DType::kF32) {
+        backend.upload(TensorView(run.data(), DType::kF32, {n, d}), to);
+      } else {
+        cpu::row_from_f32(run.data(), rounded.data(), dtype_, n * d);
+        backend.upload(TensorView(rounded.data(), dtype_, {n, d}), to);
+      }
+    }
   }
-  // upload() moves bytes of one type: round on the host first, as attend()'s copy rounds.
-  const int64_t count = int64_t{n} * shape_.n_head_kv * shape_.head_dim;
-  std::vector<uint16_t> rounded(static_cast<size_t>(count));
-  cpu::row_from_f32(k, rounded.data(), dtype_, count);
-  backend.upload(TensorView(rounded.data(), dtype_, dims), kd);
-  cpu::row_from_f32(v, rounded.data(), dtype_, count);
-  backend.upload(TensorView(rounded.data(), dtype_, dims), vd);
 }
 
 void DenseKv::advance(int32_t n) {

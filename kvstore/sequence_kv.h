@@ -117,7 +117,11 @@ struct KvShape {
 
 // Contiguous cache in backend memory: per layer K and V of [capacity, n_head_kv, head_dim], stored
 // as `dtype` (f32, or f16/bf16 as --dense --kv-dtype asks: half the bytes, each element rounded
-// once when it is stored, as llama.cpp's default f16 cache is).
+// once when it is stored, as llama.cpp's default f16 cache is). Each KV head's rows lie together
+// ([n_head_kv, capacity, head_dim] in memory; attention takes the strided [T, n_head_kv, head_dim]
+// view): a head's keys are then one contiguous run that the hardware prefetchers stream, where
+// rows of all heads interleaved had each head read head_dim of every n_head_kv * head_dim
+// elements (the CPU backend's decode attention at depth 4096 of the 1B model: 1.3-1.6x faster).
 class DenseKv final : public SequenceKv {
  public:
   DenseKv(Backend& backend, const KvShape& shape, int32_t capacity, DType dtype = DType::kF32);
@@ -130,6 +134,9 @@ class DenseKv final : public SequenceKv {
                  int32_t n) override;
 
  private:
+  // Layer l's K or V as the [capacity, n_head_kv, head_dim] view attention() takes.
+  TensorView rows(const std::vector<Buffer>& kv, int32_t layer) const;
+
   KvShape shape_;
   int32_t capacity_;
   DType dtype_;

@@ -5,7 +5,9 @@
 // calls alternate between them in rounds of 6 steps of every layer, each round's median step time
 // printed, then the share of rounds the 2 MiB pages won and the median ratio. It first prints the
 // process's AnonHugePages: whether the kernel gave the 2 MiB pages asked for. Shape: the 1B
-// model's (16 layers, 32 query heads, 8 KV heads, head_dim 64), f32 KV, depth 4096 by default.
+// model's (16 layers, 32 query heads, 8 KV heads, head_dim 64), f32 KV, depth 4096 by default,
+// laid out token-major ([T, n_head_kv, head_dim], the dense cache's layout until the nineteenth
+// session made it head-major: scripts/probe_dense_kv_layout.cpp).
 // Build (one command) and run:
 //   g++ -O2 -std=c++20 -mavx2 -mfma -mf16c -I. scripts/probe_dense_kv_pages.cpp
 //       build/libtandem_core.a -ltbb -o /tmp/probe_dense_kv_pages
