@@ -116,7 +116,8 @@ class Backend {
   // Row-wise softmax in place over the last dim of x [rows, d], f32.
   virtual void softmax(const TensorView& x) = 0;
   // Attention of n queries over one contiguous span of T keys.
-  //   q f32 [n, n_head_q, d]; k, v f32/f16/bf16 [T, n_head_kv, d]; q_pos i32 [n].
+  //   q f32 [n, n_head_q, d]; k, v f32/f16/bf16 [T, n_head_kv, d], any row and head strides
+  //   (the last dim contiguous: the dense cache passes [n_head_kv, T, d] memory); q_pos i32 [n].
   //   Key j has position k_pos0 + j and is visible to query i iff k_pos0 + j <= q_pos[i].
   //   GQA: query head h reads kv head h / (n_head_q / n_head_kv).
   //   out.o f32 [n, n_head_q, d], out.lse f32 [n, n_head_q] (natural log of the sum of

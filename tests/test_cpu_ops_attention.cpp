@@ -131,6 +131,54 @@ TEST_CASE("attention matches float64: KV dtypes, GQA, causal, invisible queries"
     }
 }
 
+// The dense cache keeps each KV head's rows together ([hkv, T, d] in memory) and passes the
+// strided [T, hkv, d] view: the same bits as the same keys stored token-major.
+TEST_CASE("attention over head-major K and V views equals token-major", "[cpu][attention]") {
+  auto be = cpu();
+  const std::vector<AttnCase> cases = {
+      {1, 8, 2, 3001, 64, 0, {3000}},  // decode: the key split and its merge
+      {17,
+       8,
+       2,
+       700,
+       64,
+       0,
+       {683, 684, 685, 686, 687, 688, 689, 690, 691, 692, 693, 694, 695, 696, 697, 698,
+        699}},                                      // prefill: the shared-prefix pass
+      {3, 4, 4, 37, 36, 500, {499, 510, 100000}}};  // d not a multiple of 8, invisible queries
+  uint32_t seed = 900;
+  for (DType kv : kFloatTypes)
+    for (const AttnCase& c : cases) {
+      INFO("kv " << dtype_name(kv) << " n=" << c.n << " T=" << c.t_keys << " d=" << c.d);
+      const Tensor q = random_tensor(DType::kF32, {c.n, c.hq, c.d}, seed++);
+      const Tensor k = random_tensor(kv, {c.t_keys, c.hkv, c.d}, seed++, 2.0f);
+      const Tensor v = random_tensor(kv, {c.t_keys, c.hkv, c.d}, seed++);
+      auto head_major = [&](const Tensor& x) {
+        Buffer b(kv, {c.hkv, c.t_keys, c.d});
+        const int64_t row = c.d * dtype_size(kv);
+        for (int64_t j = 0; j < c.t_keys; ++j)
+          for (int64_t g = 0; g < c.hkv; ++g)
+            std::memcpy(b.view().at(g, j), x.view().at(j, g), static_cast<size_t>(row));
+        return b;
+      };
+      const Buffer kh = head_major(k), vh = head_major(v);
+      auto strided = [](TensorView t) {
+        std::swap(t.shape[0], t.shape[1]);
+        std::swap(t.stride[0], t.stride[1]);
+        return t;
+      };
+      const float scale = 1.0f / std::sqrt(static_cast<float>(c.d));
+      AttnOut want =
+          run_attention(*be, q, k.view(), v.view(), c.q_pos, c.k_pos0, scale, c.n, c.hq, c.d);
+      AttnOut got = run_attention(*be, q, strided(kh.view()), strided(vh.view()), c.q_pos, c.k_pos0,
+                                  scale, c.n, c.hq, c.d);
+      CHECK(std::memcmp(got.o.as<float>(), want.o.as<float>(),
+                        static_cast<size_t>(c.n * c.hq * c.d) * 4) == 0);
+      CHECK(std::memcmp(got.lse.as<float>(), want.lse.as<float>(),
+                        static_cast<size_t>(c.n * c.hq) * 4) == 0);
+    }
+}
+
 TEST_CASE("attention_paged equals attention over the gathered keys", "[cpu][attention][paged]") {
   auto be = cpu();
   struct PagedCase {
