@@ -61,15 +61,14 @@ void DenseKv::import_kv(Backend& backend, int32_t layer, const float* k, const f
     const TensorView cache = rows(*dst, layer);
     for (int64_t h = 0; h < hkv; ++h) {
       for (int64_t i = 0; i < n; ++i) std::copy_n(src + (i * hkv + h) * d, d, run.data() + i * d);
-      TensorView to = cache.slice(length_, length_ + n);
-      to.data = static_cast<char*>(to.data) + h * to.stride[1] * dtype_size(dtype_);
-      to = TensorView(to.data, dtype_, {n, d}, to.memory);  // one head's rows: contiguous
-      if (dtype_ == DType::kF32) {
-        backend.upload(TensorView(run.data(), DType::kF32, {n, d}), to);
-      } else {
+      void* bytes = run.data();
+      if (dtype_ != DType::kF32) {
         cpu::row_from_f32(run.data(), rounded.data(), dtype_, n * d);
-        backend.upload(TensorView(rounded.data(), dtype_, {n, d}), to);
+        bytes = rounded.data();
       }
+      // Head h's rows from length_ on: contiguous in the cache.
+      backend.upload(TensorView(bytes, dtype_, {n, d}),
+                     TensorView(cache.at(length_, h), dtype_, {n, d}, cache.memory));
     }
   }
 }
