@@ -28,6 +28,7 @@
 
 #include "kernels/attn_partial.h"
 #include "kernels/common.h"
+#include "kernels/cpu/isa.h"
 #include "kernels/cpu/parallel.h"
 
 namespace tandem {
@@ -160,8 +161,11 @@ HostAttention::HostAttention(int threads, int32_t head_dim, float scale, DType k
   TANDEM_CHECK(head_dim >= 8 && head_dim % 8 == 0, "host attention head_dim ", head_dim);
   TANDEM_CHECK(kv_dtype == DType::kF32 || kv_dtype == DType::kF16 || kv_dtype == DType::kBF16,
                "host attention KV dtype ", dtype_name(kv_dtype));
-  logger()->debug("host attention: {} threads, head_dim {}, KV {}", threads_, head_dim_,
-                  dtype_name(kv_dtype_));
+  logger()->debug(
+      "host attention: {} threads, head_dim {}, KV {}, CPU kernels {} on {}, f32 "
+      "prefetch one line in {}",
+      threads_, head_dim_, dtype_name(kv_dtype_), cpu::isa_name(cpu::active_isa()),
+      cpu::describe_cpu_id(), cpu::host_prefetch_every());
 }
 
 HostAttention::~HostAttention() {

@@ -18,6 +18,7 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -98,6 +99,32 @@ TEST_CASE("CPU kernel paths: detection, TANDEM_CPU_ISA cap and forcing", "[cpu][
     }
   }
   CHECK(cpu::active_isa() == before);
+}
+
+TEST_CASE("CPU identity from CPUID, and the host attention's prefetch rule", "[cpu][isa]") {
+  unsigned family = 0, model = 0;
+  cpu::decode_cpu_signature(0x00A10F11u, &family, &model);  // AMD EPYC 9004 (Zen 4)
+  CHECK(family == 0x19);
+  CHECK(model == 0x11);
+  cpu::decode_cpu_signature(0x00B00F21u, &family, &model);  // AMD EPYC 9005 (Zen 5)
+  CHECK(family == 0x1a);
+  CHECK(model == 0x2);
+  cpu::decode_cpu_signature(0x000806F8u, &family, &model);  // Intel Xeon 4th gen (Sapphire Rapids)
+  CHECK(family == 0x6);
+  CHECK(model == 0x8f);
+  cpu::decode_cpu_signature(0x00000543u, &family, &model);  // family 5: no extended fields
+  CHECK(family == 0x5);
+  CHECK(model == 0x4);
+  const cpu::CpuId& id = cpu::cpu_id();
+  std::printf("CPU: %s; host attention prefetch: one line in %d\n", cpu::describe_cpu_id().c_str(),
+              cpu::host_prefetch_every());
+  CHECK(id.vendor.size() == 12);
+  CHECK(id.family != 0);
+  const int every = cpu::host_prefetch_every();
+  if (std::getenv("TANDEM_HOST_PREFETCH_EVERY") == nullptr)
+    CHECK(every == (id.vendor == "AuthenticAMD" && id.family == 0x19 ? 4 : 1));
+  else
+    CHECK((every >= 1 && every <= 16));
 }
 
 TEST_CASE("matmul (prefill and decode) matches float64 on every supported path",

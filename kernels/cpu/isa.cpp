@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 
 #include "kernels/common.h"
 
@@ -50,6 +51,34 @@ CpuFeatures detect() {
     if (os_avx512) f.avx512_bf16 = (a >> 5) & 1u;
   }
   return f;
+}
+
+CpuId detect_id() {
+  CpuId id;
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (__get_cpuid(0, &a, &b, &c, &d) == 0) return id;
+  char v[12];
+  std::memcpy(v, &b, 4);
+  std::memcpy(v + 4, &d, 4);
+  std::memcpy(v + 8, &c, 4);
+  id.vendor.assign(v, 12);
+  if (__get_cpuid(1, &a, &b, &c, &d) == 0) return id;
+  decode_cpu_signature(a, &id.family, &id.model);
+  return id;
+}
+
+int read_prefetch_every() {
+  if (const char* env = std::getenv("TANDEM_HOST_PREFETCH_EVERY"); env != nullptr && *env != 0) {
+    char* end = nullptr;
+    const long n = std::strtol(env, &end, 10);
+    if (*end == 0 && n >= 1 && n <= 16) return static_cast<int>(n);
+    std::fprintf(stderr,
+                 "tandem: warning: TANDEM_HOST_PREFETCH_EVERY=%s is not a number in 1..16; "
+                 "ignored\n",
+                 env);
+  }
+  const CpuId& id = cpu_id();
+  return id.vendor == "AuthenticAMD" && id.family == 0x19 ? 4 : 1;
 }
 
 Isa best_supported() {
@@ -97,6 +126,30 @@ std::atomic<int>& active_slot() {
 const CpuFeatures& cpu_features() {
   static const CpuFeatures f = detect();
   return f;
+}
+
+void decode_cpu_signature(unsigned eax, unsigned* family, unsigned* model) {
+  const unsigned base_family = (eax >> 8) & 0xfu, base_model = (eax >> 4) & 0xfu;
+  *family = base_family == 0xf ? base_family + ((eax >> 20) & 0xffu) : base_family;
+  *model = base_family == 0xf || base_family == 0x6 ? (((eax >> 16) & 0xfu) << 4) | base_model
+                                                    : base_model;
+}
+
+const CpuId& cpu_id() {
+  static const CpuId id = detect_id();
+  return id;
+}
+
+std::string describe_cpu_id() {
+  const CpuId& id = cpu_id();
+  char buf[64];
+  std::snprintf(buf, sizeof buf, " family 0x%x model 0x%x", id.family, id.model);
+  return (id.vendor.empty() ? std::string("unknown") : id.vendor) + buf;
+}
+
+int host_prefetch_every() {
+  static const int n = read_prefetch_every();
+  return n;
 }
 
 std::string describe_cpu_features() {

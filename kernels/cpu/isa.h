@@ -37,6 +37,28 @@ struct CpuFeatures {
 const CpuFeatures& cpu_features();
 std::string describe_cpu_features();  // "avx2 fma f16c avx512f ... avx512_vnni"
 
+// The CPU's vendor and family/model (CPUID leaves 0 and 1, extended fields folded in), for the
+// tunings that differ by microarchitecture rather than by instruction set.
+struct CpuId {
+  std::string vendor;  // "AuthenticAMD", "GenuineIntel", ...
+  unsigned family = 0, model = 0;
+};
+const CpuId& cpu_id();
+// Family and model from CPUID leaf 1's EAX (the extended fields added where the SDMs say).
+void decode_cpu_signature(unsigned eax, unsigned* family, unsigned* model);
+std::string describe_cpu_id();  // "AuthenticAMD family 0x1a model 0x2"
+
+// Cache lines per software prefetch where the AVX-512 host attention passes read a long range
+// of f32 K or V in address order (kernels/cpu/line_stream.h): 4 on AMD family 0x19 (Zen 4),
+// where one prefetch per 256 bytes lets the hardware prefetchers bring the other lines and a
+// prefetch for every line capped two cores at ~39 GB/s in the minutes the memory gave 48-50; 1
+// on every other CPU. Measured with two cores, 32K context (docs/host-attention.md): on Zen 4 one
+// line in four read 7-8% more than every line; on Zen 5 (family 0x1a) 20-27% less. CPUs not
+// measured take every line, the rule of every other case (16-bit KV, where the hardware
+// prefetchers did not fill the gaps on either; the AVX2 passes).
+// TANDEM_HOST_PREFETCH_EVERY=1..16 overrides it (read once; for measurement).
+int host_prefetch_every();
+
 std::string_view isa_name(Isa isa);
 bool parse_isa(std::string_view name, Isa* out);  // false for an unknown name
 bool isa_supported(Isa isa);

@@ -3,7 +3,8 @@
 // into L2 (why L2: host_kernel.cpp), spread evenly over the pass's loop by an integer accumulator
 // (tick() once per iteration; no division in the loop). With `every` > 1 only the first line of
 // every `every` in each row is prefetched: for long ranges that the pass will read in address
-// order, where the hardware prefetchers fetch the lines between (kSparseEvery below). Loops copy
+// order, where the hardware prefetchers fetch the lines between (on the CPUs where they do:
+// host_prefetch_every, kernels/cpu/isa.h). Loops copy
 // the stream into a local and back, so that its state stays in registers (through a reference GCC
 // kept it in memory: the AVX2 cols pass 18% slower in L2).
 //
@@ -17,13 +18,6 @@
 #include <cstdint>
 
 namespace tandem::cpu {
-
-// Lines per software prefetch in a long range read in address order with f32 KV on the AVX-512
-// passes: one prefetch to L2 per 256 bytes lets the hardware prefetchers bring the other three
-// lines, where a prefetch for every line capped two cores at ~39 GB/s in the minutes the memory
-// gave 48-50 (Zen 4, docs/host-attention.md, fourteenth session). With bf16 KV the hardware
-// prefetchers did not fill the gaps (every line is prefetched there).
-inline constexpr int32_t kSparseEvery = 4;
 
 class LineStream {
  public:

@@ -28,6 +28,7 @@
 
 #include "cpu_attn/host_attention.h"
 #include "kernels/common.h"
+#include "kernels/cpu/isa.h"
 #include "kernels/cpu/membw.h"
 #include "kernels/cpu/parallel.h"
 #include "kernels/dtype.h"
@@ -233,6 +234,9 @@ int cmd_bench_cpu_attn(const Options& f) {
     fma_json[std::to_string(nt)] = fma[i];
   }
   std::printf("%s\n", nlohmann::json({{"cores", cores},
+                                      {"cpu", cpu::describe_cpu_id()},
+                                      {"cpu_isa", std::string(cpu::isa_name(cpu::active_isa()))},
+                                      {"prefetch_every_f32", cpu::host_prefetch_every()},
                                       {"read_bw_gbs", bw_json},
                                       {"fma_gflops", fma_json},
                                       {"bw_buffer_bytes", bw_bytes}})

@@ -106,8 +106,8 @@ int cmd_serve(const Options& f) {
       "template: {}",
       arch_name(c.arch), c.n_layer, static_cast<double>(c.n_params()) / 1e6, loaded.backend->name(),
       loaded.backend->name() == "cpu"
-          ? " (CPU kernels: " + std::string(cpu::isa_name(cpu::active_isa())) + "; weights " +
-                model->weight_memory_note() + ")"
+          ? " (CPU kernels: " + std::string(cpu::isa_name(cpu::active_isa())) + " on " +
+                cpu::describe_cpu_id() + "; weights " + model->weight_memory_note() + ")"
           : std::string(),
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t_load).count(),
       tmpl.is_fallback() ? "ChatML fallback" : "the model's");
