@@ -162,10 +162,9 @@ HostAttention::HostAttention(int threads, int32_t head_dim, float scale, DType k
   TANDEM_CHECK(kv_dtype == DType::kF32 || kv_dtype == DType::kF16 || kv_dtype == DType::kBF16,
                "host attention KV dtype ", dtype_name(kv_dtype));
   logger()->debug(
-      "host attention: {} threads, head_dim {}, KV {}, CPU kernels {} on {}, f32 "
-      "prefetch one line in {}",
-      threads_, head_dim_, dtype_name(kv_dtype_), cpu::isa_name(cpu::active_isa()),
-      cpu::describe_cpu_id(), cpu::host_prefetch_every());
+      "host attention: {} threads, head_dim {}, KV {}, CPU kernels {} on {}, prefetch {}", threads_,
+      head_dim_, dtype_name(kv_dtype_), cpu::isa_name(cpu::active_isa()), cpu::describe_cpu_id(),
+      cpu::describe_host_prefetch_rule());
 }
 
 HostAttention::~HostAttention() {

@@ -243,6 +243,25 @@ TEST_CASE("LineStream: its rows' lines in order, every line or the first of ever
   ls.tick_many();
   ls.tick_many();
   CHECK(ls.next_line() - reinterpret_cast<uintptr_t>(buf) == 16 * 64 + 64 * 2);
+  // After i of n ticks, floor(i * lines / n) lines are issued (tick_many counts with the
+  // quotient and remainder of lines / n and issues a row's run at a time), whatever the ratio.
+  for (const int32_t every : {1, 2, 3, 4}) {
+    const std::vector<int64_t> all = lines_of(every);
+    const auto n_lines = static_cast<int64_t>(all.size());
+    for (int64_t n = 1; n <= 2 * n_lines + 1; ++n)
+      for (int64_t i = 0; i <= n; ++i) {
+        cpu::LineStream t(rows, 3, 200, every);
+        t.pace(n);
+        for (int64_t k = 0; k < i; ++k) t.tick_many();
+        const int64_t issued = i * n_lines / n;
+        INFO("every " << every << ", " << n << " ticks, after " << i);
+        const uintptr_t next = t.next_line();
+        if (issued == n_lines)
+          CHECK(next == 0);
+        else
+          CHECK(static_cast<int64_t>(next - reinterpret_cast<uintptr_t>(buf)) / 64 == all[issued]);
+      }
+  }
   cpu::LineStream sparse(rows, 3, 200, 2);
   sparse.pace(6);  // 6 prefetches over 6 ticks: one per tick
   for (int i = 0; i < 5; ++i) sparse.tick();

@@ -116,15 +116,18 @@ TEST_CASE("CPU identity from CPUID, and the host attention's prefetch rule", "[c
   CHECK(family == 0x5);
   CHECK(model == 0x4);
   const cpu::CpuId& id = cpu::cpu_id();
-  std::printf("CPU: %s; host attention prefetch: one line in %d\n", cpu::describe_cpu_id().c_str(),
-              cpu::host_prefetch_every());
+  std::printf("CPU: %s; host attention prefetch: %s\n", cpu::describe_cpu_id().c_str(),
+              cpu::describe_host_prefetch_rule().c_str());
   CHECK(id.vendor.size() == 12);
   CHECK(id.family != 0);
-  const int every = cpu::host_prefetch_every();
+  const cpu::HostPrefetchRule& rule = cpu::host_prefetch_rule();
+  const bool amd = id.vendor == "AuthenticAMD";
   if (std::getenv("TANDEM_HOST_PREFETCH_EVERY") == nullptr)
-    CHECK(every == (id.vendor == "AuthenticAMD" && id.family == 0x19 ? 4 : 1));
+    CHECK(rule.every_f32 == (amd && id.family == 0x19 ? 4 : 1));
   else
-    CHECK((every >= 1 && every <= 16));
+    CHECK((rule.every_f32 >= 1 && rule.every_f32 <= 16));
+  if (std::getenv("TANDEM_HOST_PREFETCH_HINT") == nullptr)
+    CHECK(rule.to_l1 == (amd && id.family == 0x1a));
 }
 
 TEST_CASE("matmul (prefill and decode) matches float64 on every supported path",

@@ -568,7 +568,7 @@ class GroupAttention {
 
   // Lines per software prefetch of a long range the passes will read in address order: with
   // f32 KV on the AVX-512 passes, what this CPU's hardware prefetchers call for
-  // (cpu::host_prefetch_every: one in four on Zen 4, every line on Zen 5); every line otherwise
+  // (cpu::host_prefetch_rule: one in four on Zen 4, every line on Zen 5); every line otherwise
   // (bf16 and f16 KV, measured with bf16; the AVX2 passes, whose column sweeps read V and K out
   // of address order).
   int32_t sparse_every() const { return !avx2_ && std::is_same_v<E, cpu::F32> ? pf_every_ : 1; }
@@ -743,7 +743,7 @@ class GroupAttention {
       cpu::active_isa() >= cpu::Isa::kAvx512 ? cpu::host_softmax_avx512 : &softmax_chunk_avx2;
   cpu::HostColScore<T> cols_ = cols_fn<E>();
   bool avx2_ = cpu::active_isa() < cpu::Isa::kAvx512;  // the AVX2 passes
-  int32_t pf_every_ = cpu::host_prefetch_every();
+  int32_t pf_every_ = cpu::host_prefetch_rule().every_f32;
   bool scored_;  // scores given with the blocks: no score pass, K not read
   Scratch& w_;
   std::vector<Pass> passes_;

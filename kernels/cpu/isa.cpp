@@ -67,18 +67,30 @@ CpuId detect_id() {
   return id;
 }
 
-int read_prefetch_every() {
+HostPrefetchRule read_prefetch_rule() {
+  HostPrefetchRule r;
+  const CpuId& id = cpu_id();
+  if (id.vendor == "AuthenticAMD" && id.family == 0x19) r.every_f32 = 4;
+  if (id.vendor == "AuthenticAMD" && id.family == 0x1a) r.to_l1 = true;
   if (const char* env = std::getenv("TANDEM_HOST_PREFETCH_EVERY"); env != nullptr && *env != 0) {
     char* end = nullptr;
     const long n = std::strtol(env, &end, 10);
-    if (*end == 0 && n >= 1 && n <= 16) return static_cast<int>(n);
-    std::fprintf(stderr,
-                 "tandem: warning: TANDEM_HOST_PREFETCH_EVERY=%s is not a number in 1..16; "
-                 "ignored\n",
-                 env);
+    if (*end == 0 && n >= 1 && n <= 16)
+      r.every_f32 = static_cast<int>(n);
+    else
+      std::fprintf(stderr,
+                   "tandem: warning: TANDEM_HOST_PREFETCH_EVERY=%s is not a number in 1..16; "
+                   "ignored\n",
+                   env);
   }
-  const CpuId& id = cpu_id();
-  return id.vendor == "AuthenticAMD" && id.family == 0x19 ? 4 : 1;
+  if (const char* env = std::getenv("TANDEM_HOST_PREFETCH_HINT"); env != nullptr && *env != 0) {
+    if (std::strcmp(env, "l1") == 0 || std::strcmp(env, "l2") == 0)
+      r.to_l1 = env[1] == '1';
+    else
+      std::fprintf(stderr,
+                   "tandem: warning: TANDEM_HOST_PREFETCH_HINT=%s is not l1 or l2; ignored\n", env);
+  }
+  return r;
 }
 
 Isa best_supported() {
@@ -147,9 +159,14 @@ std::string describe_cpu_id() {
   return (id.vendor.empty() ? std::string("unknown") : id.vendor) + buf;
 }
 
-int host_prefetch_every() {
-  static const int n = read_prefetch_every();
-  return n;
+const HostPrefetchRule& host_prefetch_rule() {
+  static const HostPrefetchRule r = read_prefetch_rule();
+  return r;
+}
+
+std::string describe_host_prefetch_rule() {
+  const HostPrefetchRule& r = host_prefetch_rule();
+  return "f32 one line in " + std::to_string(r.every_f32) + ", into " + (r.to_l1 ? "L1" : "L2");
 }
 
 std::string describe_cpu_features() {

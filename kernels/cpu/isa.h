@@ -48,16 +48,26 @@ const CpuId& cpu_id();
 void decode_cpu_signature(unsigned eax, unsigned* family, unsigned* model);
 std::string describe_cpu_id();  // "AuthenticAMD family 0x1a model 0x2"
 
-// Cache lines per software prefetch where the AVX-512 host attention passes read a long range
-// of f32 K or V in address order (kernels/cpu/line_stream.h): 4 on AMD family 0x19 (Zen 4),
-// where one prefetch per 256 bytes lets the hardware prefetchers bring the other lines and a
-// prefetch for every line capped two cores at ~39 GB/s in the minutes the memory gave 48-50; 1
-// on every other CPU. Measured with two cores, 32K context (docs/host-attention.md): on Zen 4 one
-// line in four read 7-8% more than every line; on Zen 5 (family 0x1a) 20-27% less. CPUs not
-// measured take every line, the rule of every other case (16-bit KV, where the hardware
-// prefetchers did not fill the gaps on either; the AVX2 passes).
-// TANDEM_HOST_PREFETCH_EVERY=1..16 overrides it (read once; for measurement).
-int host_prefetch_every();
+// How the host attention passes prefetch K and V (kernels/cpu/line_stream.h), by
+// microarchitecture, each measured with two cores at 32K context (docs/host-attention.md):
+//   every_f32  cache lines per software prefetch where the AVX-512 passes read a long range of
+//              f32 K or V in address order: 4 on AMD family 0x19 (Zen 4), where one prefetch per
+//              256 bytes lets the hardware prefetchers bring the other lines and a prefetch for
+//              every line capped two cores at ~39 GB/s in the minutes the memory gave 48-50 (one
+//              in four read 7-8% more); 1 elsewhere (on Zen 5, family 0x1a, one in four read
+//              18-27% less). 16-bit KV and the AVX2 passes prefetch every line on every CPU.
+//   to_l1      PREFETCHT0 (into L1) rather than PREFETCHT2 (into L2): on Zen 5, f32 KV 4-10%
+//              faster, 16-bit KV unchanged; on Zen 4 L1 lost 10-30% (each prefetch holds an L1
+//              miss buffer the demand loads then lack).
+// CPUs not measured take every line into L2, the rule the kernel had before these were told
+// apart. TANDEM_HOST_PREFETCH_EVERY=1..16 and TANDEM_HOST_PREFETCH_HINT=l1|l2 override it (read
+// once; for measurement); a bad value is reported and ignored.
+struct HostPrefetchRule {
+  int every_f32 = 1;
+  bool to_l1 = false;
+};
+const HostPrefetchRule& host_prefetch_rule();
+std::string describe_host_prefetch_rule();  // "f32 one line in 1, into L1"
 
 std::string_view isa_name(Isa isa);
 bool parse_isa(std::string_view name, Isa* out);  // false for an unknown name
