@@ -37,6 +37,8 @@
 namespace tandem {
 namespace {
 
+constexpr int64_t kMinCalls = 9;  // timed calls per figure, at least
+
 DType kv_dtype_of(const std::string& s) {  // one of the table's --dtypes words
   return s == "f32" ? DType::kF32 : s == "f16" ? DType::kF16 : DType::kBF16;
 }
@@ -236,7 +238,7 @@ int cmd_bench_cpu_attn(const Options& f) {
   std::printf("%s\n", nlohmann::json({{"cores", cores},
                                       {"cpu", cpu::describe_cpu_id()},
                                       {"cpu_isa", std::string(cpu::isa_name(cpu::active_isa()))},
-                                      {"prefetch_every_f32", cpu::host_prefetch_every()},
+                                      {"host_prefetch", cpu::describe_host_prefetch_rule()},
                                       {"read_bw_gbs", bw_json},
                                       {"fma_gflops", fma_json},
                                       {"bw_buffer_bytes", bw_bytes}})
@@ -290,13 +292,19 @@ int cmd_bench_cpu_attn(const Options& f) {
           // Bandwidth right before timing, with the same thread count: on a shared machine the
           // load changes over a run, so each figure is compared with what memory gave just then.
           const double bw_now = measure_read_bandwidth_gbs(bw_bytes, ha.threads());
+          // One untimed call per layer first: the call right after that measurement, which
+          // allocates, touches and frees bw_bytes, ran at 55-65% of the later calls' pace on the
+          // project's VMs (the freed pages' aftermath, not the kernel's); with the few calls a
+          // 1-2 GB layer allows in min-time it moved the median by a fifth.
+          for (const HostLayer& layer : layers) ha.wait(ha.submit(items_of(layer)));
           // Calls alternate with a plain streaming read of another layer by as many threads: both
           // see the same kind of pages and the same load. The probe reads the layer farthest from
           // the calls before and after it, so neither warms the cache for the other.
           float sink = 0;
           std::vector<double> secs, probe_secs;
           double total = 0;
-          for (int64_t r = 0; total < min_time || r < std::max<int64_t>(3, n_layers); ++r) {
+          // At least kMinCalls calls, so that the median is not one or two calls' figure.
+          for (int64_t r = 0; total < min_time || r < std::max<int64_t>(kMinCalls, n_layers); ++r) {
             const auto items = items_of(layers[static_cast<size_t>(r % n_layers)]);
             const auto t0 = Clock::now();
             ha.wait(ha.submit(items));
@@ -316,6 +324,12 @@ int cmd_bench_cpu_attn(const Options& f) {
           // medians does not when the memory's speed moves during the run.
           std::vector<double> ratios;
           for (size_t i = 0; i < secs.size(); ++i) ratios.push_back(probe_secs[i] / secs[i]);
+          // Every call's GB/s in order, and its probe's: where a run's figures come from.
+          nlohmann::json calls_gbs = nlohmann::json::array(), probes_gbs = nlohmann::json::array();
+          for (size_t i = 0; i < secs.size(); ++i) {
+            calls_gbs.push_back(std::round(static_cast<double>(bytes) / secs[i] / 1e8) / 10);
+            probes_gbs.push_back(std::round(static_cast<double>(bytes) / probe_secs[i] / 1e8) / 10);
+          }
           std::sort(ratios.begin(), ratios.end());
           std::sort(secs.begin(), secs.end());
           std::sort(probe_secs.begin(), probe_secs.end());
@@ -341,6 +355,8 @@ int cmd_bench_cpu_attn(const Options& f) {
                    {"kv_bytes_per_call", bytes},
                    {"layers_rotated", n_layers},
                    {"calls", secs.size()},
+                   {"kv_gbs_calls", calls_gbs},
+                   {"read_gbs_calls", probes_gbs},
                    {"ms_per_call_median", med * 1e3},
                    {"ms_per_call_best", best * 1e3},
                    {"kv_gbs_median", gbs},
