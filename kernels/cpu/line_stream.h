@@ -4,9 +4,9 @@
 // loop by an integer accumulator (tick() once per iteration; no division in the loop). With `every`
 // > 1 only the first line of every `every` in each row is prefetched: for long ranges that the pass
 // will read in address order, where the hardware prefetchers fetch the lines between (on the CPUs
-// where they do: host_prefetch_every, kernels/cpu/isa.h). Loops copy the stream into a local and
-// back, so that its state stays in registers (through a reference GCC kept it in memory: the AVX2
-// cols pass 18% slower in L2).
+// where they do: cpu::host_prefetch_rule, kernels/cpu/isa.h). Loops copy the stream into a local
+// and back, so that its state stays in registers (through a reference GCC kept it in memory: the
+// AVX2 cols pass 18% slower in L2).
 //
 // Plain inline code (no target attribute): the AVX2 and AVX-512 translation units share one
 // definition.
