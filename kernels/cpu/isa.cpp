@@ -70,8 +70,9 @@ CpuId detect_id() {
 HostPrefetchRule read_prefetch_rule() {
   HostPrefetchRule r;
   const CpuId& id = cpu_id();
-  if (id.vendor == "AuthenticAMD" && id.family == 0x19) r.every_f32 = 4;
-  if (id.vendor == "AuthenticAMD" && id.family == 0x1a) r.to_l1 = true;
+  const bool amd = id.vendor == "AuthenticAMD";
+  r.every_f32 = amd && id.family == 0x19 ? 4 : 1;  // Zen 4
+  r.to_l1 = amd && id.family == 0x1a;              // Zen 5
   if (const char* env = std::getenv("TANDEM_HOST_PREFETCH_EVERY"); env != nullptr && *env != 0) {
     char* end = nullptr;
     const long n = std::strtol(env, &end, 10);

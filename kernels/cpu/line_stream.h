@@ -70,17 +70,7 @@ class LineStream {
     }
     while (k > 0) {
       if (cur_ >= end_ && !next_row()) return;
-      if (l1_) {
-        do {
-          _mm_prefetch(reinterpret_cast<const char*>(cur_), _MM_HINT_T0);
-          cur_ += step_;
-        } while (--k > 0 && cur_ < end_);
-      } else {
-        do {
-          _mm_prefetch(reinterpret_cast<const char*>(cur_), _MM_HINT_T2);
-          cur_ += step_;
-        } while (--k > 0 && cur_ < end_);
-      }
+      k = l1_ ? run<true>(k) : run<false>(k);  // the hint chosen once per run, not per line
     }
   }
   void rest() {
@@ -104,13 +94,25 @@ class LineStream {
     end_ = a + static_cast<uintptr_t>(bytes_);
     return true;
   }
-  void step() {
-    const uintptr_t line = next_line();
-    if (line == 0) return;
-    if (l1_)
+  template <bool kL1>
+  static void prefetch(uintptr_t line) {
+    if constexpr (kL1)
       _mm_prefetch(reinterpret_cast<const char*>(line), _MM_HINT_T0);
     else
       _mm_prefetch(reinterpret_cast<const char*>(line), _MM_HINT_T2);
+  }
+  // Up to k lines of the current row (at least one is left in it); returns how many of k remain.
+  template <bool kL1>
+  int32_t run(int32_t k) {
+    do {
+      prefetch<kL1>(cur_);
+      cur_ += step_;
+    } while (--k > 0 && cur_ < end_);
+    return k;
+  }
+  void step() {
+    if (const uintptr_t line = next_line(); line != 0)
+      l1_ ? prefetch<true>(line) : prefetch<false>(line);
   }
 
   const void* const* rows_;
