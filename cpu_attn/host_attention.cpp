@@ -100,6 +100,41 @@ struct HostAttention::Batch {
   }
 };
 
+// The plan's buffers of a batch that has been waited for, emptied with their capacity kept, for
+// the next batch to plan into: a steady stream of batches (a decode step's layers) then allocates
+// none of them. Growing them anew every batch cost on the project's VMs, where a page fault is
+// dear: at batch 8 and 32K context (64 items in 8 parts, 2.3 MB of part blocks) the heap's top
+// was trimmed and faulted back in on every call, ~1,000 faults that made a 50 ms call 25-35%
+// slower whenever the allocator's state had it trim (docs/host-attention.md, 2026-12-07).
+struct HostAttention::Spare {
+  std::vector<Batch::Split> splits;
+  std::vector<HostBlockRef> parts_blocks;
+  std::vector<Batch::Task> tasks;
+  std::vector<Batch::Gang> gangs;
+  std::vector<int32_t> gang_units;
+  std::vector<float> part_o, part_lse;
+
+  // Exchanges these buffers with the batch's.
+  void swap_with(Batch& b) {
+    std::swap(splits, b.splits);
+    std::swap(parts_blocks, b.parts_blocks);
+    std::swap(tasks, b.tasks);
+    std::swap(gangs, b.gangs);
+    std::swap(gang_units, b.gang_units);
+    std::swap(part_o, b.part_o);
+    std::swap(part_lse, b.part_lse);
+  }
+  void clear() {
+    splits.clear();
+    parts_blocks.clear();
+    tasks.clear();
+    gangs.clear();
+    gang_units.clear();
+    part_o.clear();
+    part_lse.clear();
+  }
+};
+
 namespace {
 
 // Every output of the batch NaN (a failed or cancelled batch).
@@ -199,6 +234,13 @@ HostAttention::Ticket HostAttention::submit(std::vector<HostAttnItem> items,
                                             std::function<void()> on_done, HostAttnStart start,
                                             HostAttnPrepare prepare) {
   auto b = std::make_shared<Batch>();
+  {
+    std::lock_guard<std::mutex> lock(spare_mu_);
+    if (!spares_.empty()) {
+      spares_.back()->swap_with(*b);
+      spares_.pop_back();
+    }
+  }
   for (size_t i = 0; i < items.size(); ++i) {
     const HostAttnItem& it = items[i];
     TANDEM_CHECK(it.q != nullptr && it.o != nullptr && it.lse != nullptr && it.G >= 1,
@@ -542,11 +584,20 @@ void HostAttention::wait(Ticket t) {
     std::lock_guard<std::mutex> lock(mu_);
     batches_.erase(t.id);
   }
+  recycle(*b);
   wait_ns_.fetch_add(
       std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0)
           .count(),
       std::memory_order_relaxed);
   if (error) std::rethrow_exception(error);
+}
+
+void HostAttention::recycle(Batch& b) {
+  auto spare = std::make_unique<Spare>();
+  spare->swap_with(b);
+  spare->clear();
+  std::lock_guard<std::mutex> lock(spare_mu_);
+  if (spares_.size() < kMaxSpares) spares_.push_back(std::move(spare));
 }
 
 void HostAttention::cancel(Ticket t) {

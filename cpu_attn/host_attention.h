@@ -126,6 +126,7 @@ class HostAttention {
 
  private:
   struct Batch;  // defined in host_attention.cpp
+  struct Spare;  // a waited batch's plan buffers, kept for the next batch (host_attention.cpp)
   std::shared_ptr<Batch> find(Ticket t) const;
   bool start_reached(const HostAttnStart& s) const;
   void split_batch(Batch& b) const;  // checks the items and cuts them into tasks
@@ -137,6 +138,7 @@ class HostAttention {
   void finish_batch(Batch& b);
   void start_batch(Batch& b);  // enqueues the batch's root task into the arena
   void dispatch_loop();        // the dispatcher thread: starts queued batches whose flag is up
+  void recycle(Batch& b);      // keeps a waited batch's plan buffers for a later batch
 
   int threads_;
   int32_t head_dim_;
@@ -155,6 +157,11 @@ class HostAttention {
   std::deque<std::shared_ptr<Batch>> pending_;
   bool stop_ = false;
   std::thread dispatcher_;  // started with the first batch that has to wait
+  // Plan buffers of waited batches, for the next ones to reuse (as many as may be in flight in
+  // layer-ahead mode, and a few more).
+  static constexpr size_t kMaxSpares = 4;
+  std::mutex spare_mu_;  // guards spares_
+  std::vector<std::unique_ptr<Spare>> spares_;
 };
 
 }  // namespace tandem
