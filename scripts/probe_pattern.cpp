@@ -15,6 +15,10 @@
 //              visited in another order: what a V stored by 64-column tiles would be read as)
 //   addr_state addr_no_pf with q, scores and accumulators per head, kept as the kernel keeps them
 //   addr_soft  addr_state and a softmax-like step between each head's K and V
+//   kernel_l1  `kernel` with its prefetches into L1 (PREFETCHT0), the rule of Zen 5
+//              (cpu::host_prefetch_rule)
+//   tiles_l1   V in address order (as the host store's tiles give it) with prefetches into L1:
+//              the f32 kernel's pattern and arithmetic on Zen 5
 //   tandem     (built with -DPROBE_TANDEM) the real kernel, host_attend_groups, in this harness,
 //              V by rows; tandem_tiles with V by tiles of 64 channels (HostBlockRef::v_tile), as
 //              the host store keeps it since the thirteenth session; tandem_bf16 and
@@ -67,11 +71,14 @@ enum Variant {
   kTandem,
   kTandemTiles,
   kTandemBf16,
-  kTandemBf16Tiles
+  kTandemBf16Tiles,
+  kKernelL1,
+  kTilesL1
 };
 const char* const kNames[] = {
-    "stream",    "kernel", "no_pf",        "loads",       "addr_no_pf",       "addr_state",
-    "addr_soft", "tandem", "tandem_tiles", "tandem_bf16", "tandem_bf16_tiles"};
+    "stream",    "kernel", "no_pf",        "loads",       "addr_no_pf",        "addr_state",
+    "addr_soft", "tandem", "tandem_tiles", "tandem_bf16", "tandem_bf16_tiles", "kernel_l1",
+    "tiles_l1"};
 
 alignas(64) float g_q[4 * 128], g_p[4 * 64];
 // Per head and thread, as the kernel keeps them per call: q, the block's scores, the accumulators.
@@ -84,11 +91,11 @@ const char* unit(const char* layer, size_t b, int u) {
 
 // One line step of either pass: the 4 vectors at p (prefetching 4 lines at pf first, if any) into
 // the 16 accumulators, each times w[g * stride] for head g (kFma), or added once (loads only).
-template <bool kFma>
+template <bool kFma, bool kL1 = false>
 __attribute__((always_inline)) inline void step4(__m512* acc, const char* p, const char* pf,
                                                  const float* w, int stride) {
   if (pf != nullptr)
-    for (int z = 0; z < 4; ++z) _mm_prefetch(pf + 64 * z, _MM_HINT_T2);
+    for (int z = 0; z < 4; ++z) _mm_prefetch(pf + 64 * z, kL1 ? _MM_HINT_T0 : _MM_HINT_T2);
   __m512 x[4];
 #pragma GCC unroll 4
   for (int z = 0; z < 4; ++z) x[z] = _mm512_load_ps(p + 64 * z);
@@ -109,7 +116,8 @@ __attribute__((always_inline)) inline void step4(__m512* acc, const char* p, con
 // 32 channels, the accumulators loaded and stored around each V sweep, the probabilities read from
 // the scores); kSoft: and a softmax-like step between K and V (16 score vectors through a
 // polynomial, a max and a sum, the head's accumulators rescaled).
-template <bool kFma, bool kPf, bool kAddr, bool kState = false, bool kSoft = false>
+template <bool kFma, bool kPf, bool kAddr, bool kState = false, bool kSoft = false,
+          bool kL1 = false>
 float kernel_like(const char* layer, int t) {
   __m512 acc[16];
   for (__m512& a : acc) a = _mm512_setzero_ps();
@@ -132,7 +140,8 @@ float kernel_like(const char* layer, int t) {
               _mm512_store_ps(sh + 16 * i, _mm512_add_ps(_mm512_load_ps(sh + 16 * i), acc[i]));
               acc[i] = _mm512_setzero_ps();
             }
-          step4<kFma>(acc, k + c * 256, pf_v != nullptr ? pf_v + c * 256 : nullptr, qh + c, 128);
+          step4<kFma, kL1>(acc, k + c * 256, pf_v != nullptr ? pf_v + c * 256 : nullptr, qh + c,
+                           128);
         }
         if constexpr (kSoft) {
           __m512 mx = _mm512_set1_ps(-1e30f), sum = _mm512_setzero_ps();
@@ -159,8 +168,9 @@ float kernel_like(const char* layer, int t) {
             }
           // Sweep order: row step % 64, half step / 64; address order: row step / 2, half step % 2.
           const int r = kAddr ? step / 2 : step % 64, h = kAddr ? step % 2 : step / 64;
-          step4<kFma>(acc, v + r * 512 + h * 256, pf_k != nullptr ? pf_k + step * 256 : nullptr,
-                      (kState ? sh : g_p) + r, 64);
+          step4<kFma, kL1>(acc, v + r * 512 + h * 256,
+                           pf_k != nullptr ? pf_k + step * 256 : nullptr, (kState ? sh : g_p) + r,
+                           64);
         }
       }
   __m512 s = acc[0];
@@ -227,6 +237,10 @@ float run(Variant v, const char* layer, int t) {
       return kernel_like<true, false, true, true, false>(layer, t);
     case kAddrSoft:
       return kernel_like<true, false, true, true, true>(layer, t);
+    case kKernelL1:
+      return kernel_like<true, true, false, false, false, true>(layer, t);
+    case kTilesL1:
+      return kernel_like<true, true, true, false, false, true>(layer, t);
     case kTandem:
     case kTandemTiles:
     case kTandemBf16:
@@ -244,8 +258,8 @@ float run(Variant v, const char* layer, int t) {
 
 int main(int argc, char** argv) {
   const int rounds = argc > 1 ? std::atoi(argv[1]) : 10;
-  std::vector<Variant> variants = {kStream,   kKernel,    kNoPf,    kLoads,
-                                   kAddrNoPf, kAddrState, kAddrSoft};
+  std::vector<Variant> variants = {kStream,    kKernel,   kNoPf,     kLoads,  kAddrNoPf,
+                                   kAddrState, kAddrSoft, kKernelL1, kTilesL1};
 #ifdef PROBE_TANDEM
   for (Variant v : {kTandem, kTandemTiles, kTandemBf16, kTandemBf16Tiles}) variants.push_back(v);
 #endif
