@@ -19,6 +19,8 @@
 //              (cpu::host_prefetch_rule)
 //   tiles_l1   V in address order (as the host store's tiles give it) with prefetches into L1:
 //              the f32 kernel's pattern and arithmetic on Zen 5
+//   tiles_l1_loads  tiles_l1 without the FMAs (each vector added once)
+//   stream_fma the plain read with the f32 kernel's FMAs (16 per 256 bytes), no software prefetch
 //   tandem     (built with -DPROBE_TANDEM) the real kernel, host_attend_groups, in this harness,
 //              V by rows; tandem_tiles with V by tiles of 64 channels (HostBlockRef::v_tile), as
 //              the host store keeps it since the thirteenth session; tandem_bf16 and
@@ -73,12 +75,14 @@ enum Variant {
   kTandemBf16,
   kTandemBf16Tiles,
   kKernelL1,
-  kTilesL1
+  kTilesL1,
+  kTilesL1Loads,
+  kStreamFma
 };
 const char* const kNames[] = {
-    "stream",    "kernel", "no_pf",        "loads",       "addr_no_pf",        "addr_state",
-    "addr_soft", "tandem", "tandem_tiles", "tandem_bf16", "tandem_bf16_tiles", "kernel_l1",
-    "tiles_l1"};
+    "stream",    "kernel",         "no_pf",        "loads",       "addr_no_pf",        "addr_state",
+    "addr_soft", "tandem",         "tandem_tiles", "tandem_bf16", "tandem_bf16_tiles", "kernel_l1",
+    "tiles_l1",  "tiles_l1_loads", "stream_fma"};
 
 alignas(64) float g_q[4 * 128], g_p[4 * 64];
 // Per head and thread, as the kernel keeps them per call: q, the block's scores, the accumulators.
@@ -188,6 +192,18 @@ float stream(const char* layer, int t) {
   return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a[0], a[1]), _mm512_add_ps(a[2], a[3])));
 }
 
+// `stream` with the kernel's arithmetic: per 256 bytes four q broadcasts and 16 FMAs.
+float stream_fma(const char* layer, int t) {
+  __m512 acc[16];
+  for (__m512& a : acc) a = _mm512_setzero_ps();
+  const size_t slice = kLayer / 2;
+  for (const char* p = layer + t * slice; p < layer + (t + 1) * slice; p += 256)
+    step4<true>(acc, p, nullptr, g_q + ((p - layer) / 256) % 128, 128);
+  __m512 s = acc[0];
+  for (int i = 1; i < 16; ++i) s = _mm512_add_ps(s, acc[i]);
+  return _mm512_reduce_add_ps(s);
+}
+
 #ifdef PROBE_TANDEM
 // The real kernel on thread t's parts: one host_attend_groups call (8 heads) per part. bf16: blocks
 // of 256 KB (8 heads' K, 16 KB each, then their V), twice as many per part, so the same bytes.
@@ -241,6 +257,10 @@ float run(Variant v, const char* layer, int t) {
       return kernel_like<true, true, false, false, false, true>(layer, t);
     case kTilesL1:
       return kernel_like<true, true, true, false, false, true>(layer, t);
+    case kStreamFma:
+      return stream_fma(layer, t);
+    case kTilesL1Loads:
+      return kernel_like<false, true, true, false, false, true>(layer, t);
     case kTandem:
     case kTandemTiles:
     case kTandemBf16:
@@ -258,8 +278,9 @@ float run(Variant v, const char* layer, int t) {
 
 int main(int argc, char** argv) {
   const int rounds = argc > 1 ? std::atoi(argv[1]) : 10;
-  std::vector<Variant> variants = {kStream,    kKernel,   kNoPf,     kLoads,  kAddrNoPf,
-                                   kAddrState, kAddrSoft, kKernelL1, kTilesL1};
+  std::vector<Variant> variants = {kStream,   kKernel,       kNoPf,     kLoads,
+                                   kAddrNoPf, kAddrState,    kAddrSoft, kKernelL1,
+                                   kTilesL1,  kTilesL1Loads, kStreamFma};
 #ifdef PROBE_TANDEM
   for (Variant v : {kTandem, kTandemTiles, kTandemBf16, kTandemBf16Tiles}) variants.push_back(v);
 #endif
