@@ -53,7 +53,14 @@ int gang_limit() {
 
 }  // namespace
 
-struct HostAttention::Batch {
+// A batch's plan: its items cut into tasks and gangs, and the parts' partials. A waited batch's
+// plan is kept, emptied with its capacity (recycle), for the next batch to plan into: a steady
+// stream of batches (a decode step's layers) then allocates none of it. Growing it anew every
+// batch cost on the project's VMs, where a page fault is dear: at batch 8 and 32K context (64
+// items in 8 parts, 2.3 MB of part blocks) the heap's top was trimmed and faulted back in on every
+// call, ~1,000 faults that made a 50 ms call 25-35% slower whenever the allocator's state had it
+// trim (docs/host-attention.md, 2026-12-07).
+struct HostAttention::Plan {
   struct Task {
     int32_t item;
     int32_t part;    // index of the part, 0 when the item is not split
@@ -64,20 +71,34 @@ struct HostAttention::Batch {
     int32_t n_parts = 1;
     int64_t scratch = 0;  // first part's offset in part_lse (rows of G floats: part_o * d)
   };
-
-  std::vector<HostAttnItem> items;
-  std::vector<Split> splits;               // per item
-  std::vector<HostBlockRef> parts_blocks;  // blocks of the parts of split items
-  std::vector<Task> tasks;  // one per item part, in item order (parts of an item consecutive)
   // What runners pull: runs of tasks taken together (host_attend_groups), largest first.
   struct Gang {
     int32_t u0, n;  // gang_units[u0, u0 + n)
     int64_t rows;
   };
+
+  std::vector<Split> splits;               // per item
+  std::vector<HostBlockRef> parts_blocks;  // blocks of the parts of split items
+  std::vector<Task> tasks;  // one per item part, in item order (parts of an item consecutive)
   std::vector<Gang> gangs;
-  std::vector<int32_t> gang_units;                     // task indices
-  std::vector<float> part_o;                           // [sum over split items of n_parts * G, d]
-  std::vector<float> part_lse;                         // [sum over split items of n_parts * G]
+  std::vector<int32_t> gang_units;  // task indices
+  std::vector<float> part_o;        // [sum over split items of n_parts * G, d]
+  std::vector<float> part_lse;      // [sum over split items of n_parts * G]
+
+  // Empties every buffer, keeping its capacity.
+  void clear() {
+    splits.clear();
+    parts_blocks.clear();
+    tasks.clear();
+    gangs.clear();
+    gang_units.clear();
+    part_o.clear();
+    part_lse.clear();
+  }
+};
+
+struct HostAttention::Batch : HostAttention::Plan {
+  std::vector<HostAttnItem> items;
   std::unique_ptr<std::atomic<int32_t>[]> parts_left;  // per item
   std::function<void()> on_done;
   HostAttnStart start;
@@ -97,41 +118,6 @@ struct HostAttention::Batch {
   void fail(std::exception_ptr e) {
     std::lock_guard<std::mutex> lock(mu);
     if (!error) error = std::move(e);
-  }
-};
-
-// The plan's buffers of a batch that has been waited for, emptied with their capacity kept, for
-// the next batch to plan into: a steady stream of batches (a decode step's layers) then allocates
-// none of them. Growing them anew every batch cost on the project's VMs, where a page fault is
-// dear: at batch 8 and 32K context (64 items in 8 parts, 2.3 MB of part blocks) the heap's top
-// was trimmed and faulted back in on every call, ~1,000 faults that made a 50 ms call 25-35%
-// slower whenever the allocator's state had it trim (docs/host-attention.md, 2026-12-07).
-struct HostAttention::Spare {
-  std::vector<Batch::Split> splits;
-  std::vector<HostBlockRef> parts_blocks;
-  std::vector<Batch::Task> tasks;
-  std::vector<Batch::Gang> gangs;
-  std::vector<int32_t> gang_units;
-  std::vector<float> part_o, part_lse;
-
-  // Exchanges these buffers with the batch's.
-  void swap_with(Batch& b) {
-    std::swap(splits, b.splits);
-    std::swap(parts_blocks, b.parts_blocks);
-    std::swap(tasks, b.tasks);
-    std::swap(gangs, b.gangs);
-    std::swap(gang_units, b.gang_units);
-    std::swap(part_o, b.part_o);
-    std::swap(part_lse, b.part_lse);
-  }
-  void clear() {
-    splits.clear();
-    parts_blocks.clear();
-    tasks.clear();
-    gangs.clear();
-    gang_units.clear();
-    part_o.clear();
-    part_lse.clear();
   }
 };
 
@@ -237,7 +223,7 @@ HostAttention::Ticket HostAttention::submit(std::vector<HostAttnItem> items,
   {
     std::lock_guard<std::mutex> lock(spare_mu_);
     if (!spares_.empty()) {
-      spares_.back()->swap_with(*b);
+      std::swap(static_cast<Plan&>(*b), *spares_.back());
       spares_.pop_back();
     }
   }
@@ -593,8 +579,8 @@ void HostAttention::wait(Ticket t) {
 }
 
 void HostAttention::recycle(Batch& b) {
-  auto spare = std::make_unique<Spare>();
-  spare->swap_with(b);
+  auto spare = std::make_unique<Plan>();
+  std::swap(*spare, static_cast<Plan&>(b));
   spare->clear();
   std::lock_guard<std::mutex> lock(spare_mu_);
   if (spares_.size() < kMaxSpares) spares_.push_back(std::move(spare));

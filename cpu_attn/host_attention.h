@@ -125,8 +125,8 @@ class HostAttention {
   DType kv_dtype() const { return kv_dtype_; }
 
  private:
-  struct Batch;  // defined in host_attention.cpp
-  struct Spare;  // a waited batch's plan buffers, kept for the next batch (host_attention.cpp)
+  struct Plan;   // a batch's tasks, gangs and part buffers (host_attention.cpp)
+  struct Batch;  // a Plan and the batch's state (host_attention.cpp)
   std::shared_ptr<Batch> find(Ticket t) const;
   bool start_reached(const HostAttnStart& s) const;
   void split_batch(Batch& b) const;  // checks the items and cuts them into tasks
@@ -161,7 +161,7 @@ class HostAttention {
   // layer-ahead mode, and a few more).
   static constexpr size_t kMaxSpares = 4;
   std::mutex spare_mu_;  // guards spares_
-  std::vector<std::unique_ptr<Spare>> spares_;
+  std::vector<std::unique_ptr<Plan>> spares_;
 };
 
 }  // namespace tandem
