@@ -3,9 +3,11 @@
 
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <sstream>
 
 namespace tandem {
 namespace {
@@ -47,6 +49,29 @@ std::string transparent_huge_pages() {
   const size_t a = line.find('['), b = line.find(']');
   return a != std::string::npos && b != std::string::npos && a < b ? line.substr(a + 1, b - a - 1)
                                                                    : std::string();
+}
+
+double huge_page_fraction(std::istream& smaps, const void* p, int64_t bytes) {
+  const auto lo = reinterpret_cast<uintptr_t>(p), hi = lo + static_cast<uintptr_t>(bytes);
+  bool inside = false;
+  int64_t huge_kb = 0;
+  for (std::string line; std::getline(smaps, line);) {
+    uintptr_t a = 0, b = 0;
+    char dash = 0;
+    std::istringstream head(line);
+    if (head >> std::hex >> a >> dash >> b && dash == '-') {
+      inside = a < hi && lo < b;  // a mapping's first line: "start-end perms ..."
+    } else if (inside && line.rfind("AnonHugePages:", 0) == 0) {
+      huge_kb += std::stoll(line.substr(14));
+    }
+  }
+  if (bytes <= 0) return 0.0;
+  return std::min(1.0, static_cast<double>(huge_kb) * 1024.0 / static_cast<double>(bytes));
+}
+
+double huge_page_fraction(const void* p, int64_t bytes) {
+  std::ifstream smaps("/proc/self/smaps");
+  return smaps ? huge_page_fraction(smaps, p, bytes) : -1.0;
 }
 
 Buffer::Buffer(const Allocator& alloc, DType t, std::initializer_list<int64_t> dims)

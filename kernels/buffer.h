@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <initializer_list>
+#include <iosfwd>
 #include <string>
 
 #include "kernels/tensor.h"
@@ -48,6 +49,15 @@ Allocator host_heap_huge(MemoryKind kind = MemoryKind::kHost);
 // /sys/kernel/mm/transparent_hugepage/enabled: "always", "madvise" or "never"; "" where the file
 // is missing or unreadable (no THP support).
 std::string transparent_huge_pages();
+
+// The share of [p, p + bytes) that 2 MiB pages back now: the AnonHugePages of the mappings of
+// /proc/self/smaps that overlap the range (each mapping's count taken as lying inside the range,
+// so the range should be whole mappings, as a buffer of host_heap_huge's is), over bytes, at most
+// 1. -1 where smaps cannot be read. What a benchmark reports next to figures that depend on it:
+// madvise is advice, and the kernel may back a range with 4 KiB pages where 2 MiB ones are short.
+double huge_page_fraction(const void* p, int64_t bytes);
+// The same over an smaps listing (for tests).
+double huge_page_fraction(std::istream& smaps, const void* p, int64_t bytes);
 
 // Move-only owner of one allocation. An empty Buffer (default-constructed or moved from) owns
 // nothing; every other one owns exactly one allocation, zero bytes included (its view has a

@@ -445,8 +445,9 @@ constexpr OptionSpec kOptions[] = {
             "MiB of layers rotated through, so that figures are memory's, not cache's"),
     integer("max-layer-mb", kBenchCpuAttn, kCmd, "MB", "2048", 1, 1 << 20,
             "configurations with a larger layer are skipped"),
-    flag("huge-pages", kBenchCpuAttn, kCmd,
-         "2 MiB pages for the KV (madvise), as the host store's pool"),
+    choice("pages", kBenchCpuAttn, kCmd, "huge|small", "huge",
+           "pages of the KV layers: huge = 2 MiB (madvise, where THP allows), as the host store's "
+           "pool; small = 4 KiB"),
 
     // ---- bench-kernels ----
     integer("iters", kBenchKernels, kCmd, "N", "50", 1, 100000, "calls per timed round"),

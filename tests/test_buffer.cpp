@@ -1,6 +1,8 @@
 // Unit tests of Buffer (kernels/buffer.h): one allocate and one deallocate per owned allocation,
 // through whichever allocator made it; move-only ownership; the memory kind of the view; zero
 // elements; failures that leave nothing allocated.
+#include <sys/mman.h>
+
 #include <catch2/catch.hpp>
 #include <cstdint>
 #include <cstring>
@@ -278,4 +280,40 @@ TEST_CASE("buffer: the CPU backend's allocate takes 2 MiB pages from 2 MiB up", 
   CHECK(reinterpret_cast<uintptr_t>(raw) % kHuge == 0);
   be->deallocate(raw);
   check_huge_advised(p);
+}
+
+TEST_CASE("buffer: huge_page_fraction adds the AnonHugePages of the mappings a range overlaps",
+          "[buffer]") {
+  // Two mappings inside [0x7f0000000000, +8 MiB), one before and one after it.
+  const std::string listing =
+      "7effffe00000-7f0000000000 rw-p 00000000 00:00 0\n"
+      "Size:               2048 kB\n"
+      "AnonHugePages:      2048 kB\n"
+      "7f0000000000-7f0000400000 rw-p 00000000 00:00 0\n"
+      "Size:               4096 kB\n"
+      "AnonHugePages:      2048 kB\n"
+      "THPeligible:    1\n"
+      "7f0000400000-7f0000800000 rw-p 00000000 00:00 0\n"
+      "Size:               4096 kB\n"
+      "AnonHugePages:      4096 kB\n"
+      "7f0000800000-7f0000a00000 rw-p 00000000 00:00 0\n"
+      "AnonHugePages:      2048 kB\n";
+  const auto* p = reinterpret_cast<const void*>(uintptr_t{0x7f0000000000});
+  std::istringstream a(listing);
+  CHECK(huge_page_fraction(a, p, int64_t{8} << 20) == 0.75);  // 6 of 8 MiB
+  std::istringstream b(listing);                              // the first mapping only: 2 MiB of 4
+  CHECK(huge_page_fraction(b, p, int64_t{4} << 20) == 0.5);
+  std::istringstream c(listing);  // a count larger than the range is capped at 1
+  CHECK(huge_page_fraction(c, p, int64_t{1} << 20) == 1.0);
+  std::istringstream d("");
+  CHECK(huge_page_fraction(d, p, int64_t{8} << 20) == 0.0);
+  // A live mapping kept off huge pages has none.
+  const size_t span = size_t{4} << 20;
+  void* m = mmap(nullptr, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  REQUIRE(m != MAP_FAILED);
+  REQUIRE(madvise(m, span, MADV_NOHUGEPAGE) == 0);
+  std::memset(m, 1, span);
+  const double f = huge_page_fraction(m, static_cast<int64_t>(span));
+  munmap(m, span);
+  CHECK((f == 0.0 || f == -1.0));
 }

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "cpu_attn/host_attention.h"
+#include "kernels/buffer.h"
 #include "kernels/common.h"
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/membw.h"
@@ -74,16 +75,18 @@ struct HostLayer {
     void operator()(char* p) const { std::free(p); }
   };
   std::unique_ptr<char, Free> mem;
+  int64_t bytes = 0;                            // allocated: the layer rounded up to 2 MiB
   std::vector<std::vector<HostBlockRef>> refs;  // [batch * n_head_kv]
 
   // huge_pages: 2 MiB aligned and madvise(MADV_HUGEPAGE), as the host store allocates its pool
   // (host_heap_huge, kernels/buffer.h); otherwise 4 KiB pages (what a plain aligned_alloc gives).
   HostLayer(const Shape& s, uint64_t seed, bool huge_pages) {
     constexpr size_t kHuge = size_t{2} << 20;
-    const size_t bytes = (static_cast<size_t>(s.layer_bytes()) + kHuge - 1) / kHuge * kHuge;
-    mem.reset(static_cast<char*>(std::aligned_alloc(kHuge, bytes)));
-    TANDEM_REQUIRE(mem != nullptr, kOutOfMemory, "bench-cpu-attn: cannot allocate ", bytes);
-    madvise(mem.get(), bytes, huge_pages ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
+    const size_t size = (static_cast<size_t>(s.layer_bytes()) + kHuge - 1) / kHuge * kHuge;
+    bytes = static_cast<int64_t>(size);
+    mem.reset(static_cast<char*>(std::aligned_alloc(kHuge, size)));
+    TANDEM_REQUIRE(mem != nullptr, kOutOfMemory, "bench-cpu-attn: cannot allocate ", size);
+    madvise(mem.get(), size, huge_pages ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
     char* base = mem.get();
     const int64_t bb = s.block_bytes(), es = dtype_size(s.t);
     const int64_t n_blocks = s.batch * s.blocks_per_seq();
@@ -205,7 +208,9 @@ double validate(const Shape& s, const HostLayer& layer, const std::vector<float>
 
 int cmd_bench_cpu_attn(const Options& f) {
   using Clock = std::chrono::steady_clock;
-  const bool huge_pages = f.flag("huge-pages");
+  // The host store's pool takes 2 MiB pages (host_heap_huge), so by default the layers do too,
+  // and the paired read, which reads another layer, with them.
+  const bool huge_pages = f.str("pages") == "huge";
   const auto contexts = f.int_list("contexts");
   const auto batches = f.int_list("batch");
   const auto thread_list = f.int_list("threads");
@@ -230,7 +235,7 @@ int cmd_bench_cpu_attn(const Options& f) {
   std::vector<double> bw(thread_list.size()), fma(thread_list.size());
   for (size_t i = 0; i < thread_list.size(); ++i) {
     const int nt = thread_list[i] == 0 ? cores : static_cast<int>(thread_list[i]);
-    bw[i] = measure_read_bandwidth_gbs(bw_bytes, nt);
+    bw[i] = measure_read_bandwidth_gbs(bw_bytes, nt, huge_pages);
     bw_json[std::to_string(nt)] = bw[i];
     fma[i] = measure_fma_gflops(nt);
     fma_json[std::to_string(nt)] = fma[i];
@@ -281,6 +286,10 @@ int cmd_bench_cpu_attn(const Options& f) {
           return items;
         };
         const int64_t bytes = s.layer_bytes();
+        // What the kernel gave the layers (advice may be refused), averaged over them.
+        double huge_fraction = 0;
+        for (const HostLayer& layer : layers)
+          huge_fraction += huge_page_fraction(layer.mem.get(), layer.bytes) / n_layers;
 
         for (size_t ti = 0; ti < thread_list.size(); ++ti) {
           HostAttention ha(static_cast<int>(thread_list[ti]), d, scale, t);
@@ -291,7 +300,7 @@ int cmd_bench_cpu_attn(const Options& f) {
                          " against the float64 reference");
           // Bandwidth right before timing, with the same thread count: on a shared machine the
           // load changes over a run, so each figure is compared with what memory gave just then.
-          const double bw_now = measure_read_bandwidth_gbs(bw_bytes, ha.threads());
+          const double bw_now = measure_read_bandwidth_gbs(bw_bytes, ha.threads(), huge_pages);
           // One untimed call per layer first: the call right after that measurement, which
           // allocates, touches and frees bw_bytes, ran at 55-65% of the later calls' pace on the
           // project's VMs (the freed pages' aftermath, not the kernel's); with the few calls a
@@ -376,6 +385,7 @@ int cmd_bench_cpu_attn(const Options& f) {
                    {"fraction_of_roofline_best", gbs_best / std::min(probe_best, compute_roof)},
                    {"fraction_of_roofline_median", gbs / std::min(probe_med, compute_roof)},
                    {"huge_pages", huge_pages},
+                   {"huge_page_fraction", huge_fraction},
                    {"load_avg_1m", load_average()},
                    {"max_rel_err", err}})
                   .dump()
