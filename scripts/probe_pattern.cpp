@@ -30,9 +30,10 @@
 //   g++ -O3 -std=c++20 -march=x86-64-v4 -pthread scripts/probe_pattern.cpp -o /tmp/probe_pattern
 //   (with the real kernel: add -DPROBE_TANDEM -I. before the source, build/libtandem_core.a -ltbb
 //   after it)
-//   [PROBE_HUGE_PAGES=1] /tmp/probe_pattern [rounds [variants]]   (2 MiB pages with the variable
-//   set; variants: names to run, e.g. stream,tandem_tiles;
-//   default all)
+//   [PROBE_HUGE_PAGES=1] [PROBE_L3=1] [PROBE_ONE_THREAD=1] /tmp/probe_pattern [rounds [variants]]
+//   (PROBE_HUGE_PAGES: 2 MiB pages; PROBE_L3: one 8 MB layer, best of 50 calls, so from the caches;
+//   PROBE_ONE_THREAD: one thread reads both halves; variants: names to run, e.g.
+//   stream,tandem_tiles; default all)
 #if defined(__GNUC__) && !defined(__clang__)
 // GCC 12's AVX-512 intrinsics pass _mm512_undefined_*() placeholders
 // (kernels/cpu/host_kernel_avx512.cpp).
@@ -59,8 +60,11 @@
 
 namespace {
 
-constexpr size_t kBlock = 512 << 10, kRun = 32 << 10, kBlocks = 512, kLayer = kBlock * kBlocks;
-constexpr size_t kPart = 64;  // blocks per part; parts t, t + 2, ... go to thread t
+constexpr size_t kBlock = 512 << 10, kRun = 32 << 10;
+// Blocks per layer, bytes per layer, blocks per part (parts t, t + 2, ... go to thread t): 512,
+// 256 MB and 64, or with PROBE_L3 set 16, 8 MB and 8 (one layer, read again and again: from the
+// caches, what each variant's instructions cost without the memory).
+size_t g_blocks = 512, g_layer = kBlock * g_blocks, g_part = 64;
 
 enum Variant {
   kStream,
@@ -125,12 +129,12 @@ template <bool kFma, bool kPf, bool kAddr, bool kState = false, bool kSoft = fal
 float kernel_like(const char* layer, int t) {
   __m512 acc[16];
   for (__m512& a : acc) a = _mm512_setzero_ps();
-  for (size_t part = t; part < kBlocks / kPart; part += 2)
-    for (size_t b = part * kPart; b < (part + 1) * kPart; ++b)
+  for (size_t part = t; part < g_blocks / g_part; part += 2)
+    for (size_t b = part * g_part; b < (part + 1) * g_part; ++b)
       for (int u = 0; u < 16; u += 2) {
         const char* k = unit(layer, b, u);
         const char* v = unit(layer, b, u + 1);
-        const bool last = u == 14 && b + 1 == (part + 1) * kPart;
+        const bool last = u == 14 && b + 1 == (part + 1) * g_part;
         const char* pf_v = kPf ? v : nullptr;  // during K: this head's V
         const char* pf_k = kPf && !last ? (u == 14 ? unit(layer, b + 1, 0) : unit(layer, b, u + 2))
                                         : nullptr;  // during V: the next head's K
@@ -185,7 +189,7 @@ float kernel_like(const char* layer, int t) {
 float stream(const char* layer, int t) {
   __m512 a[4];
   for (__m512& x : a) x = _mm512_setzero_ps();
-  const size_t slice = kLayer / 2;
+  const size_t slice = g_layer / 2;
   for (const char* p = layer + t * slice; p < layer + (t + 1) * slice; p += 256)
 #pragma GCC unroll 4
     for (int z = 0; z < 4; ++z) a[z] = _mm512_add_ps(a[z], _mm512_load_ps(p + 64 * z));
@@ -196,7 +200,7 @@ float stream(const char* layer, int t) {
 float stream_fma(const char* layer, int t) {
   __m512 acc[16];
   for (__m512& a : acc) a = _mm512_setzero_ps();
-  const size_t slice = kLayer / 2;
+  const size_t slice = g_layer / 2;
   for (const char* p = layer + t * slice; p < layer + (t + 1) * slice; p += 256)
     step4<true>(acc, p, nullptr, g_q + ((p - layer) / 256) % 128, 128);
   __m512 s = acc[0];
@@ -209,7 +213,7 @@ float stream_fma(const char* layer, int t) {
 // of 256 KB (8 heads' K, 16 KB each, then their V), twice as many per part, so the same bytes.
 float tandem_kernel(const char* layer, int t, bool bf16, bool tiles) {
   const size_t block = bf16 ? kBlock / 2 : kBlock, run = bf16 ? kRun / 2 : kRun;
-  const size_t part_blocks = bf16 ? 2 * kPart : kPart, parts = kLayer / block / part_blocks;
+  const size_t part_blocks = bf16 ? 2 * g_part : g_part, parts = g_layer / block / part_blocks;
   std::vector<tandem::HostBlockRef> refs(8 * part_blocks);
   std::vector<float> o(8 * 4 * 128), lse(8 * 4);
   for (size_t part = t; part < parts; part += 2) {
@@ -296,13 +300,17 @@ int main(int argc, char** argv) {
     variants = only;
   }
   const bool huge = std::getenv("PROBE_HUGE_PAGES") != nullptr;
+  const bool l3 = std::getenv("PROBE_L3") != nullptr;
+  const bool one = std::getenv("PROBE_ONE_THREAD") != nullptr;  // thread 0 runs both halves
+  if (l3) g_blocks = 16, g_layer = kBlock * g_blocks, g_part = 8;
+  const int reps = l3 ? 50 : 3;
   char* layers[4];
   for (char*& l : layers) {
     // PROBE_HUGE_PAGES set: 2 MiB pages (as the host store's pool), else 4 KiB ones.
-    l = static_cast<char*>(std::aligned_alloc(size_t{2} << 20, kLayer));
-    madvise(l, kLayer, huge ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
+    l = static_cast<char*>(std::aligned_alloc(size_t{2} << 20, g_layer));
+    madvise(l, g_layer, huge ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
     // bf16 values 0.0078-0.0156 (0x3c00 + 0..96), which read as f32 are in that range too.
-    for (size_t i = 0; i < kLayer / 2; ++i)
+    for (size_t i = 0; i < g_layer / 2; ++i)
       reinterpret_cast<uint16_t*>(l)[i] = static_cast<uint16_t>(0x3c00 + i % 97);
   }
   for (int i = 0; i < 4 * 128; ++i) g_q[i] = 0.01f;
@@ -314,16 +322,20 @@ int main(int argc, char** argv) {
     std::printf("{\"unix_time\":%lld", static_cast<long long>(std::time(nullptr)));
     for (Variant v : variants) {
       double best = 1e30;
-      for (int rep = 0; rep < 3; ++rep) {
-        const char* layer = layers[rot++ % 4];
+      for (int rep = 0; rep < reps; ++rep) {
+        const char* layer = layers[l3 ? 0 : rot++ % 4];
         const auto t0 = std::chrono::steady_clock::now();
-        second.start([v, layer] { return run(v, layer, 1); });
-        const float s0 = run(v, layer, 0);
-        sink = sink + s0 + second.wait();
+        if (one) {
+          sink = sink + run(v, layer, 0) + run(v, layer, 1);
+        } else {
+          second.start([v, layer] { return run(v, layer, 1); });
+          const float s0 = run(v, layer, 0);
+          sink = sink + s0 + second.wait();
+        }
         best = std::min(
             best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
       }
-      std::printf(",\"%s\":%.1f", kNames[v], kLayer / best / 1e9);
+      std::printf(",\"%s\":%.1f", kNames[v], g_layer / best / 1e9);
     }
     std::printf("}\n");
     std::fflush(stdout);

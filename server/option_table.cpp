@@ -448,6 +448,8 @@ constexpr OptionSpec kOptions[] = {
     choice("pages", kBenchCpuAttn, kCmd, "huge|small", "huge",
            "pages of the KV layers: huge = 2 MiB (madvise, where THP allows), as the host store's "
            "pool; small = 4 KiB"),
+    flag("huge-pages", kBenchCpuAttn, kCmd,
+         "the same as --pages huge, now the default (kept so that older commands still run)"),
 
     // ---- bench-kernels ----
     integer("iters", kBenchKernels, kCmd, "N", "50", 1, 100000, "calls per timed round"),

@@ -211,6 +211,8 @@ int cmd_bench_cpu_attn(const Options& f) {
   // The host store's pool takes 2 MiB pages (host_heap_huge), so by default the layers do too,
   // and the paired read, which reads another layer, with them.
   const bool huge_pages = f.str("pages") == "huge";
+  TANDEM_REQUIRE(huge_pages || !f.flag("huge-pages"), kInvalidArgument,
+                 "--huge-pages and --pages small contradict each other");
   const auto contexts = f.int_list("contexts");
   const auto batches = f.int_list("batch");
   const auto thread_list = f.int_list("threads");
