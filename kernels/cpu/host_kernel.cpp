@@ -777,12 +777,27 @@ void attend_gang(int32_t d, float scale, std::span<const HostGroupCall> calls) {
     ga.emplace_back(calls[i].q, calls[i].G, d, scale, scratch[i]);
     n_max = std::max(n_max, calls[i].blocks.size());
   }
+  // The block after call i's block j in the order below, or null.
+  auto after = [&](size_t j, size_t i) -> const HostBlockRef* {
+    for (++i; j < n_max; ++j, i = 0)
+      for (; i < calls.size(); ++i)
+        if (j < calls[i].blocks.size()) return &calls[i].blocks[j];
+    return nullptr;
+  };
   const HostBlockRef* prev = nullptr;
   size_t prev_call = 0;
   for (size_t j = 0; j < n_max; ++j)
     for (size_t i = 0; i < calls.size(); ++i) {
       if (j >= calls[i].blocks.size()) continue;
       const HostBlockRef* b = &calls[i].blocks[j];
+      // The ref after b in this order, which add_block reads as `next` one step from now, into
+      // L1: the calls' refs are separate arrays visited in turn, and the KV streamed between
+      // evicts them (before, a cache miss in every add_block: 2-3% of a call at 32K).
+      if (const HostBlockRef* a = after(j, i); a != nullptr) {
+        const char* r = reinterpret_cast<const char*>(a);
+        _mm_prefetch(r, _MM_HINT_T0);
+        _mm_prefetch(r + sizeof(HostBlockRef) - 1, _MM_HINT_T0);
+      }
       if (prev != nullptr) ga[prev_call].add_block(*prev, b);
       prev = b;
       prev_call = i;
