@@ -10,8 +10,10 @@
 // docs/host-attention.md, 2026-12-07, twenty-second session. Build and run (AVX-512 machine):
 //   g++ -O3 -std=c++20 -mavx2 -mfma -mf16c -I. scripts/probe_passes.cpp build/libtandem_core.a
 //     -ltbb -lspdlog -lfmt -o /tmp/probe_passes
-//   /tmp/probe_passes blocks calls variant_a variant_b
-//   (blocks of 512 KB: 512 from memory, four layers rotated; 16 from L3, one layer)
+//   /tmp/probe_passes blocks calls variant_a variant_b [distance]
+//   (blocks of 512 KB: 512 from memory, four layers rotated; 16 from L3, one layer; distance: the
+//   passes' prefetches (variants 0, 1, 5) in bytes ahead of what they read, 32768 (one pass, the
+//   kernel's) by default, 0 for none)
 #include <sys/mman.h>
 
 #include <algorithm>
@@ -31,6 +33,7 @@ using tandem::HostBlockRef;
 using tandem::HostGroupCall;
 
 constexpr size_t kBlock = 512 << 10, kRun = 32 << 10;  // a block; one head's K (or V) in it
+int g_dist = 32 << 10;  // the passes' prefetch distance in bytes (0: none), a power of 2 >= 512
 
 std::vector<float> g_q(8 * 4 * 128, 0.01f), g_s(8 * 4 * 64), g_acc(8 * 4 * 128), g_p(4 * 64, 0.01f),
     g_m(8 * 4, -1e30f), g_l(8 * 64);
@@ -83,8 +86,17 @@ double passes(const char* layer, int nb, int variant) {
       float* q = g_q.data() + hs * 512;
       float* s = g_s.data() + hs * 256;
       float* acc = g_acc.data() + hs * 512;
-      const float* v_tiles[2] = {v, v + 64 * 64};
-      cols(k, 64, 64, q, 4, 128, s, 64, v_tiles, 2, 64 * 64 * 4, 1);
+      // What each pass prefetches: g_dist bytes ahead in the order the passes read (this head's
+      // K, its V, the next head's K), as pieces of g_dist bytes; with 32 KB, the kernel's rule
+      // (the cols pass this head's V, the value passes the next head's K).
+      const int pieces = g_dist > 0 ? static_cast<int>(kRun) / g_dist : 0;
+      const float* pf_k[64];
+      const float* pf_v[64];
+      for (int i = 0; i < pieces; ++i) {
+        pf_k[i] = i + 1 < pieces ? k + (i + 1) * g_dist / 4 : v;
+        pf_v[i] = i + 1 < pieces ? v + (i + 1) * g_dist / 4 : next_k;
+      }
+      cols(k, 64, 64, q, 4, 128, s, 64, pf_k, pieces, g_dist, 1);
       if (soft) {
         for (int i = 0; i < 4 * 64; ++i) s[i] *= 0.001f;
         tandem::cpu::host_softmax_avx512(s, 4, 64, 64, g_m.data() + hs * 4, g_l.data() + hs * 64,
@@ -92,8 +104,7 @@ double passes(const char* layer, int nb, int variant) {
       }
       const float* rows[64];
       for (int j = 0; j < 64; ++j) rows[j] = v + j * 64;
-      const float* pf[1] = {next_k};
-      value(rows, 64, soft ? s : g_p.data(), acc, 128, 64 * 64, pf, 1, 32 << 10, 1);
+      value(rows, 64, soft ? s : g_p.data(), acc, 128, 64 * 64, pf_v, pieces, g_dist, 1);
     }
   return seconds_since(t0);
 }
@@ -115,6 +126,12 @@ int main(int argc, char** argv) {
   }
   const int nb = std::max(8, std::atoi(argv[1]) / 8 * 8), calls = std::max(1, std::atoi(argv[2]));
   const int va = std::atoi(argv[3]), vb = std::atoi(argv[4]);
+  if (argc > 5) g_dist = std::atoi(argv[5]);
+  if (g_dist != 0 && (g_dist < 512 || g_dist > static_cast<int>(kRun) || (g_dist & (g_dist - 1)))) {
+    std::fprintf(stderr, "probe_passes: distance %d is not 0 or a power of 2 in [512, 32768]\n",
+                 g_dist);
+    return 2;
+  }
   std::vector<char*> layers(nb >= 64 ? 4 : 1);
   const size_t bytes = static_cast<size_t>(nb) * kBlock;
   for (char*& layer : layers) {
@@ -135,9 +152,10 @@ int main(int argc, char** argv) {
   std::sort(ratio.begin(), ratio.end());
   const size_t mid = static_cast<size_t>(calls) / 2;
   std::printf(
-      "{\"blocks\":%d,\"variant_a\":%d,\"gbs_a\":%.1f,\"variant_b\":%d,\"gbs_b\":%.1f,"
+      "{\"blocks\":%d,\"distance\":%d,\"variant_a\":%d,\"gbs_a\":%.1f,\"variant_b\":%d,\"gbs_b\":%."
+      "1f,"
       "\"speed_b_over_a\":%.3f,\"sum\":%g}\n",
-      nb, va, static_cast<double>(bytes) / ta[mid] / 1e9, vb,
+      nb, g_dist, va, static_cast<double>(bytes) / ta[mid] / 1e9, vb,
       static_cast<double>(bytes) / tb[mid] / 1e9, ratio[mid], g_acc[0]);
   for (char* layer : layers) std::free(layer);
 }
