@@ -777,32 +777,38 @@ void attend_gang(int32_t d, float scale, std::span<const HostGroupCall> calls) {
     ga.emplace_back(calls[i].q, calls[i].G, d, scale, scratch[i]);
     n_max = std::max(n_max, calls[i].blocks.size());
   }
-  // The block after call i's block j in the order below, or null.
-  auto after = [&](size_t j, size_t i) -> const HostBlockRef* {
-    for (++i; j < n_max; ++j, i = 0)
-      for (; i < calls.size(); ++i)
-        if (j < calls[i].blocks.size()) return &calls[i].blocks[j];
-    return nullptr;
+  // The blocks in that order, each with its call: take() returns the block at (bj, bc) or the first
+  // after it and moves past it; null at the end.
+  struct At {
+    const HostBlockRef* b = nullptr;
+    size_t call = 0;
   };
-  const HostBlockRef* prev = nullptr;
-  size_t prev_call = 0;
-  for (size_t j = 0; j < n_max; ++j)
-    for (size_t i = 0; i < calls.size(); ++i) {
-      if (j >= calls[i].blocks.size()) continue;
-      const HostBlockRef* b = &calls[i].blocks[j];
-      // The ref after b in this order, which add_block reads as `next` one step from now, into
-      // L1: the calls' refs are separate arrays visited in turn, and the KV streamed between
-      // evicts them (before, a cache miss in every add_block: 2-3% of a call at 32K).
-      if (const HostBlockRef* a = after(j, i); a != nullptr) {
-        const char* r = reinterpret_cast<const char*>(a);
-        _mm_prefetch(r, _MM_HINT_T0);
-        _mm_prefetch(r + sizeof(HostBlockRef) - 1, _MM_HINT_T0);
-      }
-      if (prev != nullptr) ga[prev_call].add_block(*prev, b);
-      prev = b;
-      prev_call = i;
+  size_t bj = 0, bc = 0;  // block, call
+  auto take = [&]() -> At {
+    for (; bj < n_max; ++bj, bc = 0)
+      for (; bc < calls.size(); ++bc)
+        if (bj < calls[bc].blocks.size()) {
+          const At at{&calls[bc].blocks[bj], bc};
+          ++bc;
+          return at;
+        }
+    return {};
+  };
+  At cur = take(), next = take();
+  while (cur.b != nullptr) {
+    const At after = take();
+    // after's ref into L1, which add_block reads as `next` one step from now: the calls' refs are
+    // separate arrays visited in turn, and the KV streamed between evicts them (before, a cache
+    // miss in every add_block: 2-3% of a call at 32K).
+    if (after.b != nullptr) {
+      const char* r = reinterpret_cast<const char*>(after.b);
+      _mm_prefetch(r, _MM_HINT_T0);
+      _mm_prefetch(r + sizeof(HostBlockRef) - 1, _MM_HINT_T0);
     }
-  if (prev != nullptr) ga[prev_call].add_block(*prev, nullptr);
+    ga[cur.call].add_block(*cur.b, next.b);
+    cur = next;
+    next = after;
+  }
   for (size_t i = 0; i < calls.size(); ++i) ga[i].finish(calls[i].o, calls[i].lse);
 }
 
